@@ -1,0 +1,88 @@
+"""Load a target cluster in the Primus target-cluster schema (extended, DESIGN §2)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+from ..catalog import gpu, gpu_card
+from ..errors import InputError
+from ..specs import Budget, ClusterSpec, GPUSpec
+from .yaml_io import build, read_mapping
+
+
+class _TargetCluster(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = "cluster"
+    num_nodes: PositiveInt
+    gpus_per_node: PositiveInt | None = None
+    gpu_arch: str
+    allow_cross_node_tp: bool = False
+
+
+class _Optimization(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    objective: str = "tokens_per_s_per_gpu"
+    hbm_capacity_gb: float | None = Field(default=None, gt=0)
+    memory_safety_margin: float = Field(default=0.10, ge=0.0, lt=1.0)
+    budget: Budget = Budget()
+
+
+class _Benchmark(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    has_gpu: bool = False
+    benchmark_gpus: NonNegativeInt = 0
+
+
+class _Llm(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str | None = None
+
+
+class _Agent(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    llm: _Llm = _Llm()
+    prompt_extras: str | list[str] = ""
+
+
+class _ClusterFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    target_cluster: _TargetCluster
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    optimization: _Optimization = _Optimization()
+    available_for_benchmark: _Benchmark = _Benchmark()
+    agent: _Agent = _Agent()
+
+
+def _gpu_with_overrides(arch: str, overrides: dict[str, Any], file: str) -> GPUSpec:
+    base = gpu(arch, file=file)
+    if not overrides:
+        return base
+    return build(GPUSpec, {**gpu_card(arch), **overrides}, file=file, prefix="hardware.")
+
+
+def load_cluster(path: str | Path) -> ClusterSpec:
+    """A ClusterSpec from a cluster YAML; unknown GPUs or keys raise InputError naming file and key."""
+    file = str(path)
+    raw = build(_ClusterFile, read_mapping(path), file=file)
+    tc = raw.target_cluster
+    spec = _gpu_with_overrides(tc.gpu_arch, raw.hardware, file)
+    if raw.optimization.objective != "tokens_per_s_per_gpu":
+        raise InputError("only 'tokens_per_s_per_gpu' is supported", file=file, key="optimization.objective")
+    extras = raw.agent.prompt_extras
+    return ClusterSpec(
+        name=tc.name,
+        num_nodes=tc.num_nodes,
+        gpus_per_node=tc.gpus_per_node or spec.gpus_per_node,
+        gpu=spec,
+        hbm_capacity_gb=raw.optimization.hbm_capacity_gb or spec.hbm_gb,
+        memory_safety_margin=raw.optimization.memory_safety_margin,
+        budget=raw.optimization.budget,
+        allow_cross_node_tp=tc.allow_cross_node_tp,
+        has_gpu=raw.available_for_benchmark.has_gpu,
+        benchmark_gpus=raw.available_for_benchmark.benchmark_gpus,
+        llm_model=raw.agent.llm.model,
+        prompt_extras="\n".join(extras) if isinstance(extras, list) else extras,
+    )

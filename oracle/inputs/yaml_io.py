@@ -1,0 +1,94 @@
+"""Reading YAML files and turning validation failures into one-line `InputError`s."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from ..errors import InputError
+
+_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Parse a YAML file; a missing file or a syntax error names the file (and line, column)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError("file not found" if not p.exists() else "not a file", file=str(path))
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read: {exc}", file=str(path)) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise InputError(f"malformed YAML at {where}{exc.problem}", file=str(path)) from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"malformed YAML: {exc}", file=str(path)) from None
+
+
+def read_mapping(path: str | Path) -> dict[str, Any]:
+    """A YAML file whose top level must be a mapping."""
+    data = read_yaml(path)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"expected a mapping at the top level, got {type(data).__name__}", file=str(path))
+    return data
+
+
+def resolve_templates(value: Any) -> Any:
+    """Replace Primus `${VAR:default}` templates by their defaults, recursively.
+
+    A scalar that is one whole template takes the default's YAML type (`${MBS:2}` -> 2).
+    """
+    if isinstance(value, dict):
+        return {k: resolve_templates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_templates(v) for v in value]
+    if not isinstance(value, str) or "${" not in value:
+        return value
+    whole = _TEMPLATE.fullmatch(value.strip())
+    if whole:
+        return yaml.safe_load(whole.group(2)) if whole.group(2) else None
+    return _TEMPLATE.sub(lambda m: m.group(2) or "", value)
+
+
+def deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """`override` on top of `base`; nested mappings merge, everything else replaces."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def unknown_key_error(key: str, known: list[str], file: str | None) -> InputError:
+    """An 'unknown key' error with the nearest known spelling, if any."""
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else ""
+    return InputError(f"unknown key{hint}", file=file, key=key)
+
+
+def build(model: type[BaseModel], data: dict[str, Any], *, file: str | None, prefix: str = "") -> Any:
+    """Validate `data` as `model`; the first failure becomes an InputError naming file and key."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        key = f"{prefix}{loc}" if loc else prefix.rstrip(".") or None
+        if err["type"] == "extra_forbidden":
+            raise unknown_key_error(key or "", sorted(model.model_fields), file) from None
+        value = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        msg = err["msg"][0].lower() + err["msg"][1:]
+        raise InputError(f"{msg}{value}", file=file, key=key) from None

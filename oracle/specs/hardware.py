@@ -1,0 +1,75 @@
+"""GPU and cluster descriptions: peaks, memory, links, and the optimisation target on them."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
+
+Vendor = Literal["nvidia", "amd"]
+
+
+class GPUSpec(BaseModel):
+    """Dense peak figures of one GPU (no sparsity); bandwidths are per GPU, one direction."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    vendor: Vendor
+    family: str
+    hbm_gb: PositiveFloat
+    hbm_tb_s: PositiveFloat
+    bf16_tflops: PositiveFloat
+    fp8_tflops: PositiveFloat | None = None
+    num_sms: PositiveInt
+    intra_node_gb_s: PositiveFloat
+    inter_node_gb_s: PositiveFloat
+    gpus_per_node: PositiveInt = 8
+    source: str = ""
+
+    @property
+    def has_fp8(self) -> bool:
+        return self.fp8_tflops is not None
+
+    def peak_tflops(self, fp8: bool) -> float:
+        """Dense peak for the GEMM precision (FP8 when asked and available)."""
+        return self.fp8_tflops if fp8 and self.fp8_tflops else self.bf16_tflops
+
+
+class Budget(BaseModel):
+    """Evaluation budget per fidelity and the number of LLM rounds."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_perf_calls: NonNegativeInt = 30
+    max_benchmark_calls: NonNegativeInt = 0
+    max_rounds: NonNegativeInt = 3
+
+
+class ClusterSpec(BaseModel):
+    """A target cluster and the optimisation settings that come with it (DESIGN §2)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    num_nodes: PositiveInt
+    gpus_per_node: PositiveInt
+    gpu: GPUSpec
+    hbm_capacity_gb: PositiveFloat
+    memory_safety_margin: float = Field(default=0.10, ge=0.0, lt=1.0)
+    objective: Literal["tokens_per_s_per_gpu"] = "tokens_per_s_per_gpu"
+    budget: Budget = Budget()
+    allow_cross_node_tp: bool = False
+    has_gpu: bool = False
+    benchmark_gpus: NonNegativeInt = 0
+    llm_model: str | None = None
+    prompt_extras: str = ""
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def memory_cap_gb(self) -> float:
+        """Usable HBM per GPU after the safety margin, GiB."""
+        return self.hbm_capacity_gb * (1.0 - self.memory_safety_margin)
