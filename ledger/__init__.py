@@ -1,0 +1,33 @@
+"""SQLite ledger of tuning runs: trials, scratchpad notes, budget spend, LLM calls, sweep summaries."""
+
+from .history import history_lines, trial_line
+from .models import (
+    FIDELITIES,
+    BudgetLine,
+    Fidelity,
+    LLMCall,
+    Note,
+    RunInfo,
+    RunStatus,
+    SweepSummary,
+    TrialRecord,
+)
+from .schema import APPLICATION_ID
+from .store import BudgetExhausted, Ledger
+
+__all__ = [
+    "APPLICATION_ID",
+    "FIDELITIES",
+    "BudgetExhausted",
+    "BudgetLine",
+    "Fidelity",
+    "LLMCall",
+    "Ledger",
+    "Note",
+    "RunInfo",
+    "RunStatus",
+    "SweepSummary",
+    "TrialRecord",
+    "history_lines",
+    "trial_line",
+]

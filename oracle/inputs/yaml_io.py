@@ -79,16 +79,39 @@ def unknown_key_error(key: str, known: list[str], file: str | None) -> InputErro
     return InputError(f"unknown key{hint}", file=file, key=key)
 
 
+def _field_path(model: type[BaseModel], loc: tuple) -> tuple[list[str], type[BaseModel]]:
+    """The part of a pydantic error location that names fields (dropping union/type tags), and the
+    model that holds the last one."""
+    path: list[str] = []
+    current: type | None = model
+    holder = model
+    for part in loc:
+        fields = getattr(current, "model_fields", None)
+        if not isinstance(part, str) or fields is None or part not in fields:
+            break
+        path.append(part)
+        holder = current
+        annotation = fields[part].annotation
+        current = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    if current is not None and len(loc) > len(path) and isinstance(loc[len(path)], str):
+        path.append(loc[len(path)])  # an unknown key inside a nested mapping
+        holder = current
+    return path, holder
+
+
 def build(model: type[BaseModel], data: dict[str, Any], *, file: str | None, prefix: str = "") -> Any:
     """Validate `data` as `model`; the first failure becomes an InputError naming file and key."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"])
-        key = f"{prefix}{loc}" if loc else prefix.rstrip(".") or None
+        path, holder = _field_path(model, err["loc"])
+        key = prefix + ".".join(path) if path else prefix.rstrip(".") or None
         if err["type"] == "extra_forbidden":
-            raise unknown_key_error(key or "", sorted(model.model_fields), file) from None
+            hint = unknown_key_error(path[-1] if path else "", sorted(holder.model_fields), file).message
+            raise InputError(hint, file=file, key=key) from None
+        if err["type"] == "missing":
+            raise InputError("required key is missing", file=file, key=key) from None
         value = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
         msg = err["msg"][0].lower() + err["msg"][1:]
         raise InputError(f"{msg}{value}", file=file, key=key) from None

@@ -23,6 +23,7 @@ KNOB_TO_ARG: dict[str, str] = {
     "gbs": "global_batch_size",
     "pp_schedule": "pp_schedule",
     "recompute_granularity": "recompute_granularity",
+    "recompute_method": "recompute_method",
     "recompute_num_layers": "recompute_num_layers",
     "fp8": "fp8",
     "use_distributed_optimizer": "use_distributed_optimizer",
@@ -49,6 +50,7 @@ class TrialConfig(BaseModel):
     gbs: PositiveInt | None = None
     pp_schedule: PipelineSchedule | None = None
     recompute_granularity: RecomputeGranularity | Literal["none"] | None = None
+    recompute_method: RecomputeMethod | None = None
     recompute_num_layers: NonNegativeInt | None = None
     fp8: Fp8Recipe | Literal["none"] | None = None
     use_distributed_optimizer: bool | None = None
@@ -122,13 +124,7 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
     schedule = args.pp_schedule or "1f1b"
     if schedule == "1f1b" and vpp > 1:
         schedule = "interleaved"
-    granularity = args.recompute_granularity
-    if granularity == "full" and args.recompute_method == "block" and args.recompute_num_layers == 0:
-        granularity = None  # block recompute of zero layers per stage recomputes nothing
-    method = (args.recompute_method or "uniform") if granularity == "full" else None
-    num_layers = (
-        (1 if args.recompute_num_layers is None else args.recompute_num_layers) if granularity == "full" else None
-    )
+    granularity, method, num_layers = _recompute(training, args, trial)
     return EffectiveConfig(
         tp=tp,
         pp=args.pipeline_model_parallel_size,
@@ -153,3 +149,20 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
         use_flash_attn=args.use_flash_attn,
         seq_length=args.seq_length,
     )
+
+
+def _full_recompute(args: TrainingArgs) -> bool:
+    blocks_nothing = args.recompute_method == "block" and args.recompute_num_layers == 0
+    return args.recompute_granularity == "full" and not blocks_nothing
+
+
+def _recompute(base: TrainingArgs, args: TrainingArgs, trial: TrialConfig) -> tuple:
+    """(granularity, method, num_layers), canonical: block recompute of 0 layers is no recompute; a
+    trial that switches full recompute on without saying how gets Megatron's defaults (uniform, 1)."""
+    method, num_layers = args.recompute_method, args.recompute_num_layers
+    if trial.recompute_granularity == "full" and not _full_recompute(base):
+        method = trial.recompute_method
+        num_layers = trial.recompute_num_layers
+    if not _full_recompute(args.model_copy(update={"recompute_method": method, "recompute_num_layers": num_layers})):
+        return (args.recompute_granularity if args.recompute_granularity != "full" else None), None, None
+    return "full", method or "uniform", 1 if num_layers is None else num_layers

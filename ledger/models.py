@@ -1,0 +1,93 @@
+"""Typed rows the ledger hands out: runs, trials, notes, LLM calls, sweep summaries, budget lines."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict
+
+from oracle.specs import Budget, EvalResult
+
+Fidelity = Literal["dry", "memory_only", "simulate", "benchmark"]
+FIDELITIES: tuple[Fidelity, ...] = get_args(Fidelity)  # cheapest first; a higher one is a new trial
+RunStatus = Literal["open", "finished", "failed"]
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class RunInfo(_Row):
+    """One tuning run: the workload and cluster it is for (by content hash), its budget and status."""
+
+    id: int
+    created: str
+    status: RunStatus
+    workload_name: str
+    workload_sha256: str
+    cluster_name: str
+    cluster_sha256: str
+    objective: str
+    budget: Budget
+
+
+class TrialRecord(_Row):
+    """One evaluated layout at one fidelity; `config` is the canonical effective config."""
+
+    id: int
+    run_id: int
+    config_key: str
+    config: dict[str, Any]
+    fidelity: Fidelity
+    result: EvalResult
+    legal: bool
+    fits: bool | None
+    tokens_per_s_per_gpu: float | None
+    memory_per_gpu_gb: float | None
+    wall_ms: float
+    origin: str
+    created: str
+
+
+class Note(_Row):
+    """A scratchpad entry."""
+
+    id: int
+    run_id: int
+    author: str
+    text: str
+    created: str
+
+
+class LLMCall(_Row):
+    """Usage of one LLM call (never its key)."""
+
+    id: int
+    run_id: int
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    created: str
+
+
+class SweepSummary(_Row):
+    """The counts and winners of one exhaustive sweep (not every point)."""
+
+    id: int
+    run_id: int
+    space_size: int
+    legal: int
+    fits: int
+    scored: int
+    top_k: list[dict[str, Any]]
+    wall_s: float
+    created: str
+
+
+class BudgetLine(_Row):
+    """Calls spent at one fidelity; `limit` and `left` are None when that fidelity is unlimited."""
+
+    spent: int
+    limit: int | None
+    left: int | None

@@ -1,0 +1,319 @@
+"""`Ledger`: the SQLite record of runs, trials, notes, budget spend, LLM calls and sweep summaries."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from oracle.errors import InputError
+from oracle.specs import Budget, ClusterSpec, EffectiveConfig, EvalResult, Workload
+
+from .keyguard import refuse_keys
+from .models import (
+    FIDELITIES,
+    BudgetLine,
+    Fidelity,
+    LLMCall,
+    Note,
+    RunInfo,
+    RunStatus,
+    SweepSummary,
+    TrialRecord,
+)
+from .schema import connect
+
+# Budget field that limits each fidelity; a fidelity not named here is unlimited.
+_LIMIT_FIELD: dict[str, str] = {"simulate": "max_perf_calls", "benchmark": "max_benchmark_calls"}
+
+
+class BudgetExhausted(Exception):
+    """No calls left at this fidelity in this run."""
+
+    def __init__(self, run_id: int, fidelity: str, spent: int, limit: int):
+        self.run_id, self.fidelity, self.spent, self.limit = run_id, fidelity, spent, limit
+        super().__init__(f"run {run_id}: the {fidelity} budget is spent ({spent} of {limit} calls)")
+
+
+def _canonical(model: BaseModel) -> tuple[str, str]:
+    """Canonical JSON of a spec and its sha256."""
+    blob = json.dumps(model.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return blob, hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _run(row: Mapping[str, Any]) -> RunInfo:
+    return RunInfo(
+        id=row["id"], created=row["created"], status=row["status"],
+        workload_name=row["workload_name"], workload_sha256=row["workload_sha256"],
+        cluster_name=row["cluster_name"], cluster_sha256=row["cluster_sha256"],
+        objective=row["objective"], budget=Budget.model_validate_json(row["budget_json"]),
+    )
+
+
+def _trial(row: Mapping[str, Any]) -> TrialRecord:
+    return TrialRecord(
+        id=row["id"], run_id=row["run_id"], config_key=row["config_key"],
+        config=json.loads(row["config_json"]), fidelity=row["fidelity"],
+        result=EvalResult.model_validate_json(row["result_json"]), legal=bool(row["legal"]),
+        fits=None if row["fits"] is None else bool(row["fits"]),
+        tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"], memory_per_gpu_gb=row["memory_per_gpu_gb"],
+        wall_ms=row["wall_ms"], origin=row["origin"], created=row["created"],
+    )
+
+
+def _sweep(row: Mapping[str, Any]) -> SweepSummary:
+    data = dict(row)
+    data["top_k"] = json.loads(data.pop("top_k_json"))
+    return SweepSummary(**data)
+
+
+def _by_id(conn: sqlite3.Connection, table: str, row_id: int) -> dict[str, Any]:
+    return dict(conn.execute(f"SELECT * FROM {table} WHERE id = ?", (row_id,)).fetchone())
+
+
+def _check_fidelity(fidelity: str) -> None:
+    if fidelity not in FIDELITIES:
+        raise ValueError(f"unknown fidelity {fidelity!r}; expected one of {', '.join(FIDELITIES)}")
+
+
+class Ledger:
+    """One ledger file. Every write is one transaction; several processes may write it at once."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._conn = connect(self.path)
+        self._lock = threading.RLock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- plumbing ----------------------------------------------------------------------------
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taking the file's write lock up front (no deadlock on upgrade)."""
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _rows(self, sql: str, args: tuple = ()) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(r) for r in self._conn.execute(sql, args)]
+
+    def _require_run(self, conn: sqlite3.Connection, run_id: int) -> sqlite3.Row:
+        row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise InputError(f"no run {run_id} in this ledger", file=str(self.path))
+        return row
+
+    # ---- runs --------------------------------------------------------------------------------
+    def open_run(self, workload: Workload, cluster: ClusterSpec, *, resume: bool = True) -> RunInfo:
+        """The latest open run for exactly this workload and cluster when `resume`, else a new one."""
+        w_json, w_sha = _canonical(workload)
+        c_json, c_sha = _canonical(cluster)
+        refuse_keys("cluster", c_json)
+        with self._write() as conn:
+            if resume:
+                row = conn.execute(
+                    "SELECT * FROM runs WHERE workload_sha256 = ? AND cluster_sha256 = ? AND status = 'open' "
+                    "ORDER BY id DESC LIMIT 1",
+                    (w_sha, c_sha),
+                ).fetchone()
+                if row is not None:
+                    return _run(row)
+            cur = conn.execute(
+                "INSERT INTO runs (workload_name, workload_json, workload_sha256, cluster_name, cluster_json, "
+                "cluster_sha256, objective, budget_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (workload.name, w_json, w_sha, cluster.name, c_json, c_sha, cluster.objective,
+                 cluster.budget.model_dump_json()),
+            )
+            return _run(self._require_run(conn, cur.lastrowid))
+
+    def run(self, run_id: int) -> RunInfo:
+        with self._lock:
+            return _run(self._require_run(self._conn, run_id))
+
+    def runs(self) -> list[RunInfo]:
+        return [_run(r) for r in self._rows("SELECT * FROM runs ORDER BY id")]
+
+    def set_status(self, run_id: int, status: RunStatus) -> RunInfo:
+        if status not in ("open", "finished", "failed"):
+            raise ValueError(f"unknown run status {status!r}; expected open, finished or failed")
+        with self._write() as conn:
+            self._require_run(conn, run_id)
+            conn.execute("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
+            return _run(self._require_run(conn, run_id))
+
+    # ---- trials ------------------------------------------------------------------------------
+    def lookup(self, run_id: int, config_key: str, fidelity: Fidelity) -> TrialRecord | None:
+        """The recorded trial of this canonical config at exactly this fidelity, if any."""
+        with self._lock:
+            return self._lookup(self._conn, run_id, config_key, fidelity)
+
+    @staticmethod
+    def _lookup(conn: sqlite3.Connection, run_id: int, key: str, fidelity: str) -> TrialRecord | None:
+        row = conn.execute(
+            "SELECT * FROM trials WHERE run_id = ? AND config_key = ? AND fidelity = ?", (run_id, key, fidelity)
+        ).fetchone()
+        return None if row is None else _trial(row)
+
+    def record_trial(
+        self, run_id: int, cfg: EffectiveConfig, result: EvalResult, *, fidelity: Fidelity, wall_ms: float,
+        origin: str,
+    ) -> TrialRecord:
+        """Store one trial without spending budget; the first record of a (config, fidelity) wins."""
+        with self._write() as conn:
+            return self._insert(conn, run_id, cfg, result, fidelity, wall_ms, origin)
+
+    def _insert(
+        self, conn: sqlite3.Connection, run_id: int, cfg: EffectiveConfig, result: EvalResult, fidelity: str,
+        wall_ms: float, origin: str,
+    ) -> TrialRecord:
+        _check_fidelity(fidelity)
+        key = cfg.key
+        if result.source != fidelity:
+            raise ValueError(f"result source {result.source!r} does not match fidelity {fidelity!r}")
+        if result.config_key and result.config_key != key:
+            raise ValueError(f"result is for config {result.config_key}, not {key}")
+        refuse_keys("trials.origin", origin)
+        self._require_run(conn, run_id)
+        conn.execute(
+            "INSERT INTO trials (run_id, config_key, config_json, fidelity, result_json, legal, fits, "
+            "tokens_per_s_per_gpu, memory_per_gpu_gb, wall_ms, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (run_id, config_key, fidelity) DO NOTHING",
+            (run_id, key, json.dumps(cfg.model_dump(mode="json"), sort_keys=True), fidelity,
+             result.model_dump_json(), result.legal, result.fits, result.tokens_per_s_per_gpu,
+             result.memory_per_gpu_gb, wall_ms, origin),
+        )
+        return self._lookup(conn, run_id, key, fidelity)
+
+    def evaluate_once(
+        self, run_id: int, cfg: EffectiveConfig, fidelity: Fidelity, evaluate_fn: Callable[[], EvalResult], *,
+        origin: str,
+    ) -> tuple[TrialRecord, bool]:
+        """(trial, cached): answer from the ledger, else spend one call of budget on `evaluate_fn`.
+
+        The evaluation runs outside any transaction (another process may write meanwhile); the trial
+        and its budget spend are then committed together, after re-checking dedupe and budget.
+        """
+        _check_fidelity(fidelity)
+        hit = self.lookup(run_id, cfg.key, fidelity)
+        if hit is not None:
+            return hit, True
+        with self._lock:
+            self._spendable(self._conn, run_id, fidelity)
+        start = time.perf_counter()
+        result = evaluate_fn()
+        wall_ms = (time.perf_counter() - start) * 1e3
+        with self._write() as conn:
+            hit = self._lookup(conn, run_id, cfg.key, fidelity)
+            if hit is not None:
+                return hit, True
+            self._spendable(conn, run_id, fidelity)
+            record = self._insert(conn, run_id, cfg, result, fidelity, wall_ms, origin)
+            conn.execute(
+                "INSERT INTO budget_spend (run_id, fidelity, spent) VALUES (?, ?, 1) "
+                "ON CONFLICT (run_id, fidelity) DO UPDATE SET spent = spent + 1",
+                (run_id, fidelity),
+            )
+            return record, False
+
+    def trials(self, run_id: int) -> list[TrialRecord]:
+        return [_trial(r) for r in self._rows("SELECT * FROM trials WHERE run_id = ? ORDER BY id", (run_id,))]
+
+    def best(self, run_id: int, fidelity: Fidelity | None = None) -> TrialRecord | None:
+        """The legal, fitting trial with the highest tokens/s/GPU (at one fidelity, or any)."""
+        sql = "SELECT * FROM trials WHERE run_id = ? AND legal AND fits AND tokens_per_s_per_gpu IS NOT NULL"
+        args: tuple = (run_id,)
+        if fidelity is not None:
+            _check_fidelity(fidelity)
+            sql, args = sql + " AND fidelity = ?", (run_id, fidelity)
+        rows = self._rows(sql + " ORDER BY tokens_per_s_per_gpu DESC, id LIMIT 1", args)
+        return _trial(rows[0]) if rows else None
+
+    # ---- budget ------------------------------------------------------------------------------
+    def budget_status(self, run_id: int) -> dict[Fidelity, BudgetLine]:
+        """Spent, limit and left for every fidelity, cheapest first."""
+        with self._lock:
+            return {f: self._budget_line(self._conn, run_id, f) for f in FIDELITIES}
+
+    def _budget_line(self, conn: sqlite3.Connection, run_id: int, fidelity: str) -> BudgetLine:
+        budget = Budget.model_validate_json(self._require_run(conn, run_id)["budget_json"])
+        row = conn.execute(
+            "SELECT spent FROM budget_spend WHERE run_id = ? AND fidelity = ?", (run_id, fidelity)
+        ).fetchone()
+        spent = row["spent"] if row else 0
+        field = _LIMIT_FIELD.get(fidelity)
+        limit = getattr(budget, field) if field else None
+        return BudgetLine(spent=spent, limit=limit, left=None if limit is None else max(limit - spent, 0))
+
+    def _spendable(self, conn: sqlite3.Connection, run_id: int, fidelity: str) -> None:
+        line = self._budget_line(conn, run_id, fidelity)
+        if line.left == 0:
+            raise BudgetExhausted(run_id, fidelity, line.spent, line.limit)
+
+    # ---- scratchpad, LLM calls, sweeps ---------------------------------------------------------
+    def add_note(self, run_id: int, text: str, *, author: str = "agent") -> Note:
+        refuse_keys("notes.text", text)
+        refuse_keys("notes.author", author)
+        with self._write() as conn:
+            self._require_run(conn, run_id)
+            cur = conn.execute("INSERT INTO notes (run_id, author, text) VALUES (?, ?, ?)", (run_id, author, text))
+            return Note(**_by_id(conn, "notes", cur.lastrowid))
+
+    def notes(self, run_id: int) -> list[Note]:
+        return [Note(**r) for r in self._rows("SELECT * FROM notes WHERE run_id = ? ORDER BY id", (run_id,))]
+
+    def record_llm_call(
+        self, run_id: int, *, model: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None = None
+    ) -> LLMCall:
+        """Usage of one LLM call; a key-like model string is refused."""
+        refuse_keys("llm_calls.model", model)
+        with self._write() as conn:
+            self._require_run(conn, run_id)
+            cur = conn.execute(
+                "INSERT INTO llm_calls (run_id, model, prompt_tokens, completion_tokens, cost_usd) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (run_id, model, prompt_tokens, completion_tokens, cost_usd),
+            )
+            return LLMCall(**_by_id(conn, "llm_calls", cur.lastrowid))
+
+    def llm_calls(self, run_id: int) -> list[LLMCall]:
+        return [LLMCall(**r) for r in self._rows("SELECT * FROM llm_calls WHERE run_id = ? ORDER BY id", (run_id,))]
+
+    def record_sweep_summary(
+        self, run_id: int, *, space_size: int, legal: int, fits: int, scored: int, top_k: list[dict[str, Any]],
+        wall_s: float,
+    ) -> SweepSummary:
+        with self._write() as conn:
+            self._require_run(conn, run_id)
+            cur = conn.execute(
+                "INSERT INTO sweep_summaries (run_id, space_size, legal, fits, scored, top_k_json, wall_s) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, space_size, legal, fits, scored, json.dumps(top_k), wall_s),
+            )
+            return _sweep(_by_id(conn, "sweep_summaries", cur.lastrowid))
+
+    def sweep_summaries(self, run_id: int) -> list[SweepSummary]:
+        rows = self._rows("SELECT * FROM sweep_summaries WHERE run_id = ? ORDER BY id", (run_id,))
+        return [_sweep(r) for r in rows]

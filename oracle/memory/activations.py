@@ -1,0 +1,163 @@
+"""Stored activations per token, per layer type (bytes), after Korthikanti et al. 2022.
+
+Units: bytes held by one GPU per token of the rank's local sequence chunk (s/CP tokens x micro-batch);
+multiply by mbs*seq/cp for one micro-batch. `r` is the sequence-parallel divisor: tensors that are
+replicated across the TP group without SP (norm inputs, linear inputs, dropout masks) are split TP ways
+with SP. Tensors inside the TP-sharded region (Q/K/V, MLP intermediate) are always split TP ways.
+
+Korthikanti's GPT layer (LayerNorm, GeLU, dropout, MHA, TP = 1) stores 34*h + 5*a*s bytes per token:
+  attention 11h + 5as: QKV input 2h, Q and K 4h, V 2h, softmax output 2as, softmax-dropout mask as,
+            dropout output 2as, output-projection input 2h, output-dropout mask 1h
+  MLP 19h:  fc1 input 2h, GeLU input 8h, fc2 input 8h, dropout mask 1h
+  norms 4h: two LayerNorm inputs of 2h
+The code below derives the same terms from the architecture, so the 34 becomes:
+  - Q is heads*head_dim wide, K and V num_query_groups*head_dim (GQA);
+  - SwiGLU stores its activation input 2*ffn wide (gate and up) and fc2 input ffn wide;
+  - no dropout masks (nor softmax-dropout output) when the model trains without dropout; PyTorch's
+    dropout with p = 0 returns its input and saves nothing;
+  - flash attention stores neither scores nor softmax: only Q, K, V, the output (which is also the
+    output-projection input, counted once) and the fp32 log-sum-exp per head;
+  - fused norm kernels also keep fp32 per-token statistics (LayerNorm mean+rstd, RMSNorm rstd);
+  - MLA stores the compressed latents (q_lora, kv_lora) at norm and up-projection input, and per-head
+    Q/K of qk_head_dim + qk_pos_emb_head_dim and V of v_head_dim;
+  - an MoE layer stores the router input and fp32 scores, the routed tokens (topk x capacity factor
+    per token, gathered over ETP) at expert fc1 input, activation input and fc2 input, the expert
+    outputs kept by the probability-weighted unpermute, and the shared-expert MLP.
+For GPT-3-style models this reproduces 34 (plus 16 bytes of LayerNorm statistics) exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .constants import ACT_BYTES, FLASH_LSE_BYTES, FP8_INPUT_BYTES, ROUTER_SCORE_BYTES, TOKEN_ID_BYTES
+from .geometry import Geometry, padded_vocab
+
+B = ACT_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class LayerActs:
+    dense: float  # full stored activations of a dense layer, bytes per token
+    moe: float  # ... of an MoE layer
+    layer_input: float  # what full recompute keeps per recomputed layer (the layer's input)
+    dense_wgrad: float  # zero-bubble W-pass stash of a dense layer (linear inputs + output grads)
+    moe_wgrad: float
+
+
+@lru_cache(maxsize=8192)
+def layer_acts(
+    g: Geometry, tp: int, sp: bool, flash: bool, selective: bool, seq: int, etp: int, fp8: bool = False
+) -> LayerActs:
+    h, a = g.h, g.heads
+    # Bytes of a saved GEMM input: under FP8, TE quantises the input of every FP8 GEMM and keeps only
+    # that FP8 copy (column-wise usage, for the weight gradient): 1 B instead of 2 B. Tensors another
+    # op also needs in high precision (flash-attention output, router input, activation-function
+    # input, unpermute's expert outputs) stay 2 B; norm inputs stay 2 B.
+    li = FP8_INPUT_BYTES if fp8 else B
+    r = tp if sp else 1
+    stat = g.norm_stat_bytes / r
+    mask = h / r if g.dropout else 0.0  # 1-byte dropout mask after attention and after the MLP
+
+    # ---- attention block -------------------------------------------------------------------------
+    ln1 = B * h / r + stat  # input_layernorm input
+    qkv_in = li * h / r  # norm output, saved by the QKV (or MLA down/q) linears for their wgrad
+    latents = 0.0
+    if g.mla:
+        qk = g.qk_head_dim + g.qk_pos_dim
+        q_w, k_w, v_w, ctx_w = a * qk, a * qk, a * g.v_head_dim, a * g.v_head_dim
+        # kv latent at kv_layernorm input and at kv_up input; same for the q latent when q_lora is used
+        latents = (B + li) * g.kv_lora_rank / r + stat
+        if g.q_lora_rank:
+            latents += (B + li) * g.q_lora_rank / r + stat
+    else:
+        q_w = a * g.head_dim
+        k_w = v_w = g.groups * g.head_dim
+        ctx_w = q_w
+    qkv = B * (q_w + k_w + v_w) / tp  # Q, K (for QK^T or flash) and V
+    # attention output = output-projection input; flash saves it too (the same bf16 tensor), so under
+    # FP8 with flash both the bf16 output and the FP8 GEMM input are kept
+    ctx = (B * ctx_w / tp) if not fp8 else ((B + li) if flash else li) * ctx_w / tp
+    if selective:
+        core = 0.0  # core attention recomputed: nothing beyond its Q, K, V inputs is kept
+    elif flash:
+        core = FLASH_LSE_BYTES * a / tp
+    else:
+        # per query token: heads x s scores; softmax output 2 B, plus with dropout a 1 B mask and the
+        # 2 B dropout output (Korthikanti's 5as/h; 2as/h without dropout). Keys span the whole sequence.
+        scores = a * seq / tp
+        core = B * scores + ((1 + B) * scores if g.dropout else 0.0)
+    attention = ln1 + qkv_in + latents + qkv + ctx + core + mask
+
+    # ---- dense MLP -------------------------------------------------------------------------------
+    ln2 = B * h / r + stat
+    fc1_in = li * h / r
+    act_in = B * g.gated * g.ffn / tp  # GeLU input, or SwiGLU's gate and up halves
+    fc2_in = li * g.ffn / tp  # activation output
+    dense = attention + ln2 + fc1_in + act_in + fc2_in + mask
+
+    # zero-bubble W stash: inputs of every linear and the gradients of their outputs
+    attn_lin_in = qkv_in + ctx + (li * (g.kv_lora_rank + g.q_lora_rank) / r if g.mla else 0.0)
+    attn_lin_grad = qkv + B * h / r
+    dense_wgrad = attn_lin_in + attn_lin_grad + (fc1_in + fc2_in) + (act_in + B * h / r)
+
+    moe = dense
+    moe_wgrad = dense_wgrad
+    if g.is_moe:
+        k_eff = g.topk * (g.capacity_factor or 1.0)
+        routed_local = k_eff / r  # (token, expert) pairs this rank dispatches, per token
+        pairs = routed_local * etp  # pairs it computes after the all-to-all and the ETP all-gather
+        ffn_e = g.expert_ffn / etp
+        router = B * h / r + ROUTER_SCORE_BYTES * g.experts / r  # norm output (router + shared input)
+        experts = (
+            li * h * pairs  # expert fc1 input (permuted tokens)
+            + B * g.gated * ffn_e * pairs  # activation input
+            + li * ffn_e * pairs  # fc2 input
+            + B * h * routed_local  # expert outputs kept by the prob-weighted unpermute
+        )
+        # shared experts read the router's bf16 input; under FP8 their fc1 keeps its own FP8 copy
+        shared = 0.0
+        if g.shared_ffn:
+            shared = (B * g.gated * g.shared_ffn + li * g.shared_ffn) / tp + (li * h / r if fp8 else 0.0)
+        moe = attention + ln2 + router + experts + shared + mask
+        moe_wgrad = (
+            attn_lin_in
+            + attn_lin_grad
+            + B * h / r  # router / shared fc1 input
+            + B * h * pairs * 2  # expert fc1 input and fc2 output grad
+            + B * ffn_e * pairs * (1 + g.gated)  # expert fc2 input and fc1 output grad
+            + (B * g.shared_ffn * (1 + g.gated) / tp + B * h / r if g.shared_ffn else 0.0)
+        )
+    return LayerActs(dense, moe, B * h / r, dense_wgrad, moe_wgrad)
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeActs:
+    embedding: float  # first chunk, per in-flight micro-batch, bytes per token
+    logits: float  # last chunk, one micro-batch (final norm, output-layer input, logits/loss)
+    mtp_extra: float  # per MTP module, beyond its transformer layer, per in-flight micro-batch
+
+
+@lru_cache(maxsize=4096)
+def edge_acts(g: Geometry, tp: int, sp: bool, fused_ce: bool) -> EdgeActs:
+    r = tp if sp else 1
+    h = g.h
+    # Embedding: int64 token ids (and position ids for learned positions) saved by the lookups, and the
+    # embedding-dropout mask (the embedding output itself is layer 1's norm input, counted there).
+    ids = TOKEN_ID_BYTES * (2 if g.learned_positions else 1)
+    embedding = ids + (h / r if g.dropout else 0.0)
+    # Output: final-norm input and output-layer input (2h each), then the logits over V/TP; each MTP
+    # module has its own norm, output-layer pass and loss.
+    # Unfused Megatron loss: bf16 logits (2 B) are cast to fp32 and the fp32 softmax (4 B) is saved for
+    # backward; both exist while the loss runs -> 6 B per vocab entry at the peak.
+    # Fused loss (cross_entropy_loss_fusion, TE/Primus kernel): computed from the bf16 logits, gradient
+    # written in place -> only the 2 B logits buffer (assumption: no fp32 copy materialised).
+    vp = padded_vocab(g.vocab, tp)
+    per_vocab = B if fused_ce else B + 4
+    logits_one = per_vocab * vp / tp
+    logits = (2 * B * h / r + g.norm_stat_bytes / r + logits_one) * (1 + g.mtp_layers)
+    # MTP module extras: enorm input, hnorm input (2h each), eh_proj input (the 2h concatenation),
+    # and the ids of the shifted tokens.
+    mtp_extra = (B * h + B * h + 2 * B * h) / r + TOKEN_ID_BYTES if g.mtp_layers else 0.0
+    return EdgeActs(embedding, logits, mtp_extra)

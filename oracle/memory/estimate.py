@@ -1,0 +1,176 @@
+"""Per-GPU memory of one layout: every pipeline GPU with a distinct set of layers, the largest kept."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..specs import ClusterSpec, EffectiveConfig, ModelArch
+from .activations import edge_acts, layer_acts
+from .constants import (
+    FP8_WEIGHT_COPY_BYTES,
+    FSDP_UNSHARDED_GRAD_LAYERS,
+    FSDP_UNSHARDED_WEIGHT_LAYERS,
+    GIB,
+    GRAD_BYTES,
+    OPTIMIZER_BYTES,
+    RUNTIME_CONTEXT_GIB,
+    WEIGHT_BYTES,
+)
+from .geometry import geometry
+from .inflight import device_plans
+from .overheads import allocator_overhead, comm_buffers, deepep_buffers
+from .params import edge_params, layer_params
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    total_gb: float  # most-loaded pipeline stage, everything included
+    param_optimizer_gb: float  # weights + grads + optimizer state (+ FP8 weight copies)
+    activation_gb: float  # activations of all micro-batches in flight (+ embedding/logits activations)
+    breakdown: dict[str, float]  # every term in GiB; keys in NON_GIB_KEYS are counts / an index
+
+
+# Breakdown entries that are not GiB (the GiB entries sum to total_gb).
+NON_GIB_KEYS = frozenset(
+    {"stage", "inflight_microbatches", "params_dense_count", "params_expert_count", "params_embedding_count"}
+)
+
+_RUNTIME = RUNTIME_CONTEXT_GIB * GIB
+
+
+def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> MemoryEstimate:
+    """Per-GPU memory (GiB) of `cfg` training `model` on `cluster`, for the most-loaded pipeline GPU."""
+    g = geometry(model)
+    c = cfg.__dict__  # plain dict reads: pydantic attribute access is the slow part of a call
+    tp, pp, cp, vpp = c["tp"], c["pp"], c["cp"], max(c["vpp"], 1)
+    etp, ep, mbs, seq = c["etp"], c["ep"], c["mbs"], c["seq_length"]
+    sp = c["sequence_parallel"] and tp > 1
+    granularity = c["recompute_granularity"]
+    full = granularity == "full"
+    fp8 = c["fp8"] is not None
+    gpn = cluster.gpus_per_node
+    world = cluster.num_nodes * gpn
+
+    # Parallel sizes as in oracle.layout; an illegal layout gives 0 there: treat it as 1.
+    dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 0
+    dp = dp or 1
+    edp = world // (etp * ep * pp) if world % (etp * ep * pp) == 0 else 0
+    edp = edp or 1
+    nmb = c["gbs"] // (mbs * dp) or 1
+    # Beyond 2*PP*VPP micro-batches the schedules' peaks no longer change: cap for the plan cache.
+    nmb = min(nmb, 2 * pp * vpp + pp)
+
+    dense_l, moe_l = layer_params(g, tp, etp, ep)
+    edge = edge_params(g, tp, etp, ep, pp, seq)
+    acts = layer_acts(g, tp, sp, c["use_flash_attn"], granularity == "selective", seq, etp, fp8)
+    eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
+    n_rec = c["recompute_num_layers"]
+    n_rec = (1 if n_rec is None else n_rec) if full else 0  # Megatron's default: 1 layer per group
+    plans = device_plans(g, pp, vpp, c["pp_schedule"], nmb, full, c["recompute_method"], n_rec)
+    tokens = mbs * seq / cp  # tokens of one micro-batch on this rank's CP slice
+
+    # Bytes per parameter. Megatron DDP: 2 (bf16 weight) + 4 (fp32 main grad) + 12 (fp32 master, Adam
+    # m and v) = 18. Distributed optimizer: the 12 are sharded over the gradient-reduction group, which
+    # is DP x CP for dense parameters (Megatron's data-parallel group "with context parallel"; the
+    # 6 + 12/DP of theoretical_memory_usage.py assumes CP = 1) and expert-DP for expert parameters.
+    # FSDP2 shards weights, gradients and optimizer state over the same groups.
+    dense_shard, expert_shard = dp * cp, edp
+    fsdp, distopt = c["use_torch_fsdp2"], c["use_distributed_optimizer"]
+
+    deepep_on = c["use_turbo_deepep"]
+    comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on)
+    deepep = deepep_buffers(g, ep, etp, gpn) if deepep_on else 0.0
+    fixed = comm_nccl + comm_transient + deepep + _RUNTIME
+    mtp_body = (acts.layer_input if full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra
+
+    # Loop invariants (bytes per layer / per token), hoisted out of the per-GPU loop.
+    dl_dense, dl_lin = dense_l.dense, dense_l.linear
+    ml_dense, ml_exp, ml_lin = moe_l.dense, moe_l.expert, moe_l.linear
+    out_edge = edge.output + edge.final_norm + edge.mtp_embedding
+    act_d, act_m, act_in = acts.dense * tokens, acts.moe * tokens, acts.layer_input * tokens
+    act_emb, act_logits = eacts.embedding * tokens, eacts.logits * tokens
+    act_mtp = g.mtp_layers * mtp_body * tokens
+    stash_d, stash_m = acts.dense_wgrad * tokens, acts.moe_wgrad * tokens
+    opt_shard = distopt and not fsdp
+
+    best = None
+    for p in plans:
+        # ---- parameters --------------------------------------------------------------------------
+        nd, nm = p.dense_layers, p.moe_layers
+        p_dense = nd * dl_dense + nm * ml_dense
+        p_expert = nm * ml_exp
+        p_linear = nd * dl_lin + nm * ml_lin
+        p_edge = edge.embedding if p.has_embedding else 0.0
+        if p.has_output:
+            p_edge += out_edge
+            p_dense += edge.mtp.dense
+            p_expert += edge.mtp.expert
+            p_linear += edge.mtp.linear
+        p_dense += p_edge
+        if fsdp:
+            local = p_dense / dense_shard + p_expert / expert_shard
+            big = max(dl_dense if nd else 0.0, ml_dense + ml_exp if nm else 0.0)
+            big_lin = max(dl_lin if nd else 0.0, ml_lin if nm else 0.0)
+            weights = WEIGHT_BYTES * (local + FSDP_UNSHARDED_WEIGHT_LAYERS * big)
+            grads = GRAD_BYTES * (local + FSDP_UNSHARDED_GRAD_LAYERS * big)
+            optimizer = OPTIMIZER_BYTES * local
+            fp8_copies = FP8_WEIGHT_COPY_BYTES * FSDP_UNSHARDED_WEIGHT_LAYERS * big_lin if fp8 else 0.0
+        else:
+            held = p_dense + p_expert
+            weights = WEIGHT_BYTES * held
+            grads = GRAD_BYTES * held
+            optimizer = OPTIMIZER_BYTES * (p_dense / dense_shard + p_expert / expert_shard if opt_shard else held)
+            fp8_copies = FP8_WEIGHT_COPY_BYTES * p_linear if fp8 else 0.0
+
+        # ---- activations -------------------------------------------------------------------------
+        a_dense = p.dense_full_mb * act_d + p.dense_input_mb * act_in
+        a_moe = p.moe_full_mb * act_m + p.moe_input_mb * act_in
+        a_emb = p.embedding_mb * act_emb
+        if p.has_output:
+            a_logits = act_logits  # the last chunk runs each backward right after its forward: 1 mb
+            a_mtp = p.output_mb * act_mtp
+        else:
+            a_logits = a_mtp = 0.0
+        a_transient = 0.0
+        for layers, has_d, has_m in p.recompute_groups:
+            # the backward of a recomputed group holds its full activations for one micro-batch
+            biggest = max(act_d if has_d else 0.0, act_m if has_m else 0.0)
+            a_transient = max(a_transient, layers * biggest)
+        a_stash = p.wgrad_dense_mb * stash_d + p.wgrad_moe_mb * stash_m if p.wgrad_dense_mb or p.wgrad_moe_mb else 0.0
+        activation = a_dense + a_moe + a_emb + a_logits + a_mtp + a_transient + a_stash
+
+        param_opt = weights + grads + optimizer + fp8_copies
+        alloc = allocator_overhead(activation + comm_transient)
+        total = param_opt + activation + alloc + fixed
+        if best is None or total > best[0]:
+            best = (
+                total, p, param_opt, activation, alloc,
+                (weights, grads, optimizer, fp8_copies),
+                (a_dense, a_moe, a_mtp, a_emb, a_logits, a_transient, a_stash),
+                (p_dense, p_expert, p_edge),
+            )
+
+    total, p, param_opt, activation, alloc, po, ac, counts = best
+    breakdown = {
+        "weights": po[0] / GIB,
+        "grads": po[1] / GIB,
+        "optimizer": po[2] / GIB,
+        "fp8_weight_copies": po[3] / GIB,
+        "act_dense_layers": ac[0] / GIB,
+        "act_moe_layers": ac[1] / GIB,
+        "act_mtp_layers": ac[2] / GIB,
+        "act_embedding": ac[3] / GIB,
+        "act_logits_loss": ac[4] / GIB,
+        "act_recompute_transient": ac[5] / GIB,
+        "act_wgrad_stash": ac[6] / GIB,
+        "comm_buffers": (comm_nccl + comm_transient) / GIB,
+        "deepep_buffers": deepep / GIB,
+        "runtime_context": RUNTIME_CONTEXT_GIB,
+        "allocator_overhead": alloc / GIB,
+        "inflight_microbatches": p.inflight,
+        "stage": float(p.index),
+        "params_dense_count": counts[0],
+        "params_expert_count": counts[1],
+        "params_embedding_count": counts[2],
+    }
+    return MemoryEstimate(total / GIB, param_opt / GIB, activation / GIB, breakdown)

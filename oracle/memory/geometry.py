@@ -1,0 +1,114 @@
+"""Plain numbers derived once from a `ModelArch`: what the memory formulas read in the hot path.
+
+`geometry(model)` is cached on the model object's identity (a ModelArch with a list-valued
+`moe_layer_freq` is not hashable, and hashing ~30 pydantic fields costs more than the formulas).
+The returned `Geometry` hashes by identity, so downstream `lru_cache`s keyed on it are cheap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..specs import ModelArch
+from .constants import LAYERNORM_STAT_BYTES, RMSNORM_STAT_BYTES, VOCAB_DIVISIBLE_BY
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Geometry:
+    h: int
+    heads: int
+    groups: int
+    head_dim: int
+    ffn: int
+    gated: int  # up-projections in the MLP: 2 for SwiGLU, 1 otherwise
+    vocab: int
+    num_layers: int
+    pattern: tuple[int, ...]  # 1 = MoE layer, 0 = dense layer
+    is_moe: bool
+    experts: int
+    topk: int
+    expert_ffn: int
+    shared_ffn: int  # 0 when the model has no shared experts
+    capacity_factor: float | None
+    mla: bool
+    q_lora_rank: int  # 0 = direct Q projection
+    kv_lora_rank: int
+    qk_head_dim: int
+    qk_pos_dim: int
+    v_head_dim: int
+    mtp_layers: int
+    mtp_is_moe: bool
+    norm_params: int  # parameters per hidden unit of one norm: LayerNorm 2 (weight, bias), RMSNorm 1
+    norm_stat_bytes: int
+    bias: bool
+    dropout: bool
+    learned_positions: bool
+    untied: bool
+
+
+def _build(model: ModelArch) -> Geometry:
+    rms = model.normalization.lower() == "rmsnorm"
+    # ModelArch has no dropout or position-embedding fields yet. Megatron's defaults (hidden/attention
+    # dropout 0.1, learned absolute positions) hold for the GPT-style cards (LayerNorm, GeLU); the
+    # Llama-style cards (RMSNorm or SwiGLU: Llama, Mixtral, Qwen, DeepSeek) train without dropout and
+    # use RoPE. If the spec later gains `hidden_dropout` / `position_embedding_type`, those win.
+    gpt_style = not rms and not model.swiglu
+    dropout = getattr(model, "hidden_dropout", None)
+    has_dropout = gpt_style if dropout is None else float(dropout) > 0.0
+    pos = getattr(model, "position_embedding_type", None)
+    learned = gpt_style if pos is None else pos == "learned_absolute"
+    pattern = tuple(model.moe_layer_pattern)
+    return Geometry(
+        h=model.hidden_size,
+        heads=model.num_attention_heads,
+        groups=model.groups,
+        head_dim=model.head_dim,
+        ffn=model.ffn,
+        gated=model.gated_mult,
+        vocab=model.vocab_size,
+        num_layers=model.num_layers,
+        pattern=pattern,
+        is_moe=model.is_moe,
+        experts=model.num_experts or 1,
+        topk=model.moe_router_topk,
+        expert_ffn=model.expert_ffn,
+        shared_ffn=model.moe_shared_expert_intermediate_size or 0,
+        capacity_factor=model.moe_expert_capacity_factor,
+        mla=model.multi_latent_attention,
+        q_lora_rank=model.q_lora_rank or 0,
+        kv_lora_rank=model.kv_lora_rank,
+        qk_head_dim=model.qk_head_dim,
+        qk_pos_dim=model.qk_pos_emb_head_dim,
+        v_head_dim=model.v_head_dim,
+        mtp_layers=model.mtp_num_layers,
+        mtp_is_moe=bool(pattern and pattern[-1]),
+        norm_params=1 if rms else 2,
+        norm_stat_bytes=RMSNORM_STAT_BYTES if rms else LAYERNORM_STAT_BYTES,
+        bias=model.add_bias_linear,
+        dropout=has_dropout,
+        learned_positions=learned,
+        untied=model.untie_embeddings_and_output_weights,
+    )
+
+
+_CACHE: dict[int, tuple[ModelArch, Geometry]] = {}
+_CACHE_MAX = 512
+
+
+def geometry(model: ModelArch) -> Geometry:
+    """The cached geometry of `model` (keyed on identity; the entry keeps the model alive, so an id is
+    never reused while cached)."""
+    hit = _CACHE.get(id(model))
+    if hit is not None and hit[0] is model:
+        return hit[1]
+    if len(_CACHE) >= _CACHE_MAX:
+        _CACHE.clear()
+    geo = _build(model)
+    _CACHE[id(model)] = (model, geo)
+    return geo
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP."""
+    step = VOCAB_DIVISIBLE_BY * tp
+    return -(-vocab // step) * step

@@ -1,0 +1,179 @@
+"""Which layers each GPU of the pipeline holds, and how many micro-batches it keeps at its peak.
+
+A model is cut into PP x VPP chunks (Megatron's split: even, or ceil(L/n) each with the rest on the
+last chunk). GPU i holds chunk i (1F1B, ZB-H1), chunks i, i+PP, ... (interleaved), or chunks i and
+2PP-1-i (ZB-V's "V"). The peak is counted in chunk-micro-batches whose activations are stored at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ..layout import stage_layer_counts
+from .geometry import Geometry
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    dense: float
+    moe: float
+    start: int  # first layer's index in the model (-1 when the split was not exact)
+    has_embedding: bool
+    has_output: bool
+
+    @property
+    def layers(self) -> float:
+        return self.dense + self.moe
+
+
+@lru_cache(maxsize=4096)
+def chunks(g: Geometry, n: int) -> tuple[Chunk, ...]:
+    """The model's `n` = PP x VPP chunks in order."""
+    counts = stage_layer_counts(g.num_layers, n)
+    out: list[Chunk] = []
+    if counts:
+        start = 0
+        for i, c in enumerate(counts):
+            moe = sum(g.pattern[start : start + c])
+            out.append(Chunk(c - moe, moe, start, i == 0, i == n - 1))
+            start += c
+        return tuple(out)
+    # Not splittable (an illegal layout): spread the layers evenly so the estimate stays finite.
+    per = g.num_layers / max(n, 1)
+    moe_share = sum(g.pattern) / g.num_layers
+    return tuple(Chunk(per * (1 - moe_share), per * moe_share, -1, i == 0, i == n - 1) for i in range(max(n, 1)))
+
+
+def device_chunk_ids(i: int, pp: int, vpp: int, zbv: bool) -> tuple[int, ...]:
+    if zbv and vpp == 2:
+        return (i, 2 * pp - 1 - i)
+    return tuple(i + j * pp for j in range(vpp))
+
+
+@lru_cache(maxsize=4096)
+def candidate_devices(g: Geometry, pp: int, vpp: int, zbv: bool) -> tuple[tuple[int, tuple[Chunk, ...]], ...]:
+    """One GPU per distinct set of held layers: the lowest-index one, which (for every schedule here)
+    keeps at least as many micro-batches in flight as any later GPU with the same layers."""
+    all_chunks = chunks(g, pp * vpp)
+    seen: set = set()
+    out = []
+    for i in range(pp):
+        held = tuple(all_chunks[c] for c in device_chunk_ids(i, pp, vpp, zbv) if c < len(all_chunks))
+        sig = tuple(
+            (g.pattern[c.start : c.start + int(c.layers)] if c.start >= 0 else (c.dense, c.moe), c.has_embedding, c.has_output)
+            for c in held
+        )
+        if sig not in seen:
+            seen.add(sig)
+            out.append((i, held))
+    return tuple(out)
+
+
+def peak_chunk_microbatches(schedule: str, pp: int, vpp: int, nmb: int, i: int) -> tuple[tuple[int, ...], int]:
+    """(micro-batches stored at the peak for each chunk GPU i holds, deferred W passes (ZB-H1)).
+
+    1F1B: GPU i runs PP-i warm-up/steady forwards before its first backward -> min(PP-i, m) stored.
+    Interleaved (Megatron): warm-up (PP-i-1)*2 + (VPP-1)*PP chunk forwards, +1 in the steady state,
+      all m*VPP when m == PP; forwards go in groups of PP micro-batches per chunk, so chunk j holds the
+      forwards k < n with (k // PP) % VPP == j. For GPU 0 this is PP*VPP + PP-1 chunk-micro-batches =
+      (1 + (PP-1)/(PP*VPP)) x PP stage-micro-batches (Korthikanti §4.2.3, Narayanan 2021).
+    ZB-H1 ("zb"): the 1F1B peak, plus deferred weight-gradient passes: GPU i postpones up to PP-1-i
+      W passes into the bubble, each keeping its linear inputs and output gradients (assumption: the
+      Megatron/Primus zero-bubble port queues these beside the 1F1B in-flight activations).
+    ZB-V ("zbv", VPP=2): 2*PP chunk-micro-batches at the peak on every GPU (balanced), PP per chunk.
+    """
+    nmb = max(nmb, 1)
+    if schedule == "zbv" and vpp == 2:
+        n = min(pp, nmb)
+        return (n, n), 0
+    if vpp > 1:
+        total = nmb * vpp
+        warm = (pp - i - 1) * 2 + (vpp - 1) * pp
+        n = total if (nmb == pp or warm >= total) else warm + 1
+        counts = [0] * vpp
+        blocks, rem = divmod(n, pp)
+        for b in range(blocks):
+            counts[b % vpp] += pp
+        if rem:
+            counts[blocks % vpp] += rem
+        return tuple(counts), 0
+    n = min(pp - i, nmb)
+    pending_w = min(pp - 1 - i, nmb) if schedule == "zb" else 0
+    return (n,), pending_w
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePlan:
+    """What one candidate GPU holds and stores at its peak, in layer x micro-batch units."""
+
+    index: int
+    dense_layers: float  # layers held (parameters)
+    moe_layers: float
+    has_embedding: bool
+    has_output: bool
+    dense_full_mb: float  # sum over held chunks of (micro-batches stored) x (dense layers kept whole)
+    moe_full_mb: float
+    dense_input_mb: float  # ... x (stored layer inputs of recomputed dense layers / groups)
+    moe_input_mb: float
+    embedding_mb: int  # micro-batches stored by the chunk with the embedding
+    output_mb: int  # ... by the chunk with the output layer (and the MTP block)
+    recompute_groups: tuple[tuple[float, bool, bool], ...]  # (layers recomputed at once, dense?, moe?)
+    wgrad_dense_mb: float  # deferred W passes x dense layers (ZB-H1)
+    wgrad_moe_mb: float
+    inflight: float  # layer-weighted micro-batches in flight
+
+
+def _recompute_split(g: Geometry, ch: Chunk, method: str | None, n_rec: int) -> tuple[float, float, float, float, float]:
+    """(whole dense, whole moe, input-only dense, input-only moe, layers recomputed together)."""
+    if n_rec <= 0:
+        return ch.dense, ch.moe, 0.0, 0.0, 0.0
+    layers = ch.layers
+    if not layers:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
+    if method == "block":
+        # Megatron "block": the first n_rec layers of each chunk keep only their input.
+        k = min(n_rec, int(layers))
+        k_moe = float(sum(g.pattern[ch.start : ch.start + k])) if ch.start >= 0 else k * ch.moe / layers
+        k_dense = k - k_moe
+        return ch.dense - k_dense, ch.moe - k_moe, k_dense, k_moe, 1.0 if k else 0.0
+    # "uniform": every layer recomputed, in groups of n_rec; one input stored per group.
+    groups = float(-(-int(layers) // n_rec)) if layers == int(layers) else layers / n_rec
+    return 0.0, 0.0, groups * ch.dense / layers, groups * ch.moe / layers, float(min(n_rec, layers))
+
+
+@lru_cache(maxsize=16384)
+def device_plans(
+    g: Geometry, pp: int, vpp: int, schedule: str, nmb: int, full: bool, method: str | None, n_rec: int
+) -> tuple[DevicePlan, ...]:
+    out = []
+    for index, held in candidate_devices(g, pp, vpp, schedule == "zbv"):
+        counts, pending_w = peak_chunk_microbatches(schedule, pp, vpp, nmb, index)
+        dense = moe = d_full = m_full = d_in = m_in = w_d = w_m = layer_mbs = 0.0
+        emb_mb = out_mb = 0
+        groups = set()
+        for ch, n in zip(held, counts):
+            dense += ch.dense
+            moe += ch.moe
+            wd, wm, idd, im, grp = _recompute_split(g, ch, method, n_rec if full else 0)
+            d_full += n * wd
+            m_full += n * wm
+            d_in += n * idd
+            m_in += n * im
+            if grp:
+                groups.add((grp, ch.dense > 0, ch.moe > 0))
+            layer_mbs += n * ch.layers
+            if ch.has_embedding:
+                emb_mb = n
+            if ch.has_output:
+                out_mb = n
+            w_d += pending_w * ch.dense
+            w_m += pending_w * ch.moe
+        out.append(
+            DevicePlan(
+                index, dense, moe, any(c.has_embedding for c in held), any(c.has_output for c in held),
+                d_full, m_full, d_in, m_in, emb_mb, out_mb, tuple(sorted(groups)), w_d, w_m,
+                layer_mbs / (dense + moe) if dense + moe else 0.0,
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,60 @@
+"""Memory outside weights and activations: communication buffers, DeepEP, runtime, fragmentation."""
+
+from __future__ import annotations
+
+from .constants import (
+    ACT_BYTES,
+    ALLOCATOR_FRAGMENTATION,
+    DEEPEP_CHANNELS,
+    DEEPEP_MAX_NVL_PEERS,
+    DEEPEP_NVL_RECV_TOKENS,
+    DEEPEP_RDMA_RECV_TOKENS,
+    DEEPEP_TOKEN_META_BYTES,
+    NCCL_BUFFER_BYTES_PER_GROUP,
+    SP_ALLGATHER_BUFFERS,
+)
+from .geometry import Geometry
+
+
+def comm_buffers(
+    g: Geometry, tp: int, pp: int, cp: int, ep: int, etp: int, dp: int, edp: int, sp: bool, tokens: float, deepep: bool
+) -> tuple[float, float]:
+    """(NCCL communicator buffers, transient collective buffers), bytes.
+
+    DP gradient buckets are views into Megatron's contiguous fp32 gradient buffer (already counted as
+    gradients) and the distributed optimizer all-gathers parameters into the bf16 parameter buffer, so
+    DP adds only its communicator. Transients, for one micro-batch of one layer:
+      - SP: the all-gathered [s/cp, b, h] linear input (Megatron's global memory buffer), x2;
+      - PP: the received forward activation and backward gradient [s/cp/r, b, h];
+      - EP all-to-all (not DeepEP): the permuted send buffer, topk x capacity x [s/cp/r, b, h].
+    """
+    groups = (tp > 1) + (cp > 1) + (dp * cp > 1) + (pp > 1)
+    if g.is_moe:
+        groups += (ep > 1) + (etp > 1 and etp != tp) + (edp > 1 and edp != dp * cp)
+    r = tp if sp else 1
+    transient = 0.0
+    if sp:
+        transient += SP_ALLGATHER_BUFFERS * ACT_BYTES * g.h * tokens
+    if pp > 1:
+        transient += 2 * ACT_BYTES * g.h * tokens / r
+    if g.is_moe and ep > 1 and not deepep:
+        transient += ACT_BYTES * g.h * tokens * g.topk * (g.capacity_factor or 1.0) / r
+    return float(groups * NCCL_BUFFER_BYTES_PER_GROUP), transient
+
+
+def deepep_buffers(g: Geometry, ep: int, etp: int, gpus_per_node: int) -> float:
+    """DeepEP's NVLink (+ RDMA when the EP group spans nodes) buffers, bytes (see constants)."""
+    if not g.is_moe or ep <= 1:
+        return 0.0
+    per_node = max(1, min(DEEPEP_MAX_NVL_PEERS, gpus_per_node) // max(etp, 1))
+    nvl_peers = min(ep, per_node)
+    rdma_peers = -(-ep // nvl_peers) if ep > nvl_peers else 0
+    token_bytes = ACT_BYTES * g.h + DEEPEP_TOKEN_META_BYTES
+    nvl = DEEPEP_CHANNELS * nvl_peers * DEEPEP_NVL_RECV_TOKENS * token_bytes
+    rdma = 2 * DEEPEP_CHANNELS * rdma_peers * DEEPEP_RDMA_RECV_TOKENS * token_bytes
+    return float(nvl + rdma)
+
+
+def allocator_overhead(dynamic_bytes: float) -> float:
+    """Caching-allocator fragmentation on activations and transient buffers."""
+    return ALLOCATOR_FRAGMENTATION * dynamic_bytes

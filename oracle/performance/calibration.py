@@ -1,0 +1,68 @@
+"""Calibration constants: a few fitted numbers per GPU family plus physical priors (calibration.yaml)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from ..specs import GPUSpec
+
+CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
+FITTED = ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "layer_overhead_us")
+# Families without calibration rows borrow the constants of a measured one (stated in the YAML).
+_VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
+
+
+@dataclass(frozen=True)
+class Constants:
+    """Everything the time model reads besides the hardware: fitted per family, priors shared."""
+
+    # fitted per family (scripts/fit_calibration.py)
+    gemm_eff: float  # fraction of the BF16/FP16 dense peak a large full-wave GEMM reaches
+    fp8_gemm_eff: float  # fraction of the FP8 dense peak a large full-wave FP8 GEMM reaches
+    attn_eff: float  # fraction of the BF16 peak flash attention reaches
+    tp_exposed: float  # fraction of TP/SP collective time not hidden behind GEMMs
+    layer_overhead_us: float  # launches, syncs and small kernels per layer per forward (backward: 2x)
+    # priors (physical, not fitted)
+    hbm_eff: float  # fraction of HBM bandwidth memory-bound kernels reach
+    link_eff: float  # fraction of a link's bandwidth a large collective reaches (bus bandwidth)
+    alpha_intra_us: float  # latency per collective step inside a node
+    alpha_inter_us: float  # latency per collective step across nodes
+    a2a_peer_us: float  # per-remote-peer cost of an NCCL all-to-all message across nodes
+    deepep_eff: float  # fraction of NIC bandwidth DeepEP's RDMA path reaches (NCCL a2a: link_eff)
+    gemm_latency_us: float  # fixed cost of one GEMM kernel
+    moe_sync_us: float  # host-device sync per MoE layer per pass (token counts), removed by sync-free
+    sync_free_overlap: float  # fraction of EP dispatch/combine hidden per sync-free stage (1..3)
+    grad_bucket_params: float  # parameters per gradient bucket (Megatron DDP default 40M)
+
+
+@cache
+def _load() -> dict:
+    return yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
+
+
+def family_of(gpu: GPUSpec) -> str:
+    """The calibrated family whose constants this GPU uses."""
+    families = _load()["families"]
+    return gpu.family if gpu.family in families else _VENDOR_FALLBACK.get(gpu.vendor, "hopper")
+
+
+@cache
+def constants_for(family: str) -> Constants:
+    """Constants of one family (fitted values + the shared priors)."""
+    data = _load()
+    fam = data["families"][family]
+    return Constants(**{k: float(fam[k]) for k in FITTED}, **{k: float(v) for k, v in data["priors"].items()})
+
+
+def constants(gpu: GPUSpec) -> Constants:
+    return constants_for(family_of(gpu))
+
+
+def with_fitted(base: Constants, values: dict[str, float]) -> Constants:
+    """A copy of `base` with some fitted constants replaced (used by the fit)."""
+    known = {f.name for f in fields(Constants)}
+    return replace(base, **{k: v for k, v in values.items() if k in known})

@@ -1,0 +1,67 @@
+"""`Ctx`: the hashable facts one rank's per-layer work depends on (model shape, sharding, hardware)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..specs import GPUSpec
+from .arch import Arch
+from .calibration import Constants
+from .comm import Net
+from .gemm import GemmBackend, gemm_backend
+
+E_BYTES = 2  # activations, BF16/FP16
+HALF = "bf16"  # the non-FP8 GEMM precision (FP16 peaks equal BF16 peaks on every catalog GPU)
+
+
+@dataclass(frozen=True)
+class Ctx:
+    arch: Arch
+    mbs: int
+    seq: int
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    sp: bool
+    fp8: bool
+    flash: bool
+    ce_fusion: bool
+    deepep: bool
+    sync_free: int
+    fsdp: int  # FSDP group size (the DP·CP ranks sharing the parameters, stride TP); 0 without FSDP
+    gpu: GPUSpec
+    gpus_per_node: int
+    c: Constants
+
+    @property
+    def tokens(self) -> int:
+        """Tokens per rank of one micro-batch (the sequence is split over CP)."""
+        return self.mbs * self.seq // self.cp
+
+    @property
+    def sp_tokens(self) -> float:
+        """Tokens per rank outside the TP region (sharded over TP under sequence parallelism)."""
+        return self.tokens / self.tp if self.sp else float(self.tokens)
+
+    @cached_property
+    def gemm(self) -> GemmBackend:
+        return gemm_backend(self.gpu, self.c)
+
+    @cached_property
+    def net(self) -> Net:
+        return Net.of(self.gpu, self.gpus_per_node, self.c)
+
+    @cached_property
+    def hbm(self) -> float:
+        """Effective HBM bandwidth, bytes per ms."""
+        return self.gpu.hbm_tb_s * 1e9 * self.c.hbm_eff
+
+    @cached_property
+    def attn_rate(self) -> float:
+        """Flash-attention FLOPs per ms."""
+        return self.gpu.bf16_tflops * 1e9 * self.c.attn_eff
+
+    def linear_dtype(self) -> str:
+        return "fp8" if self.fp8 else HALF

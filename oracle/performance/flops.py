@@ -1,0 +1,44 @@
+"""Model FLOPs per token: the convention behind `tflops_per_gpu` and MFU.
+
+Forward + backward = 3 x forward; a GEMM costs 2·m·n·k; causal attention counts half of the s² term
+(each token attends to s/2 keys on average); MoE counts the router, top-k experts and shared experts;
+the logits GEMM counts, the embedding lookup does not; MTP modules count; recompute does not.
+"""
+
+from __future__ import annotations
+
+from ..specs import ModelArch
+from .arch import Arch, arch_of
+
+
+def attention_linear_flops(a: Arch) -> float:
+    """Forward FLOPs per token of the attention projections."""
+    if a.mla:
+        q = 2 * a.h * a.q_lora + 2 * a.q_lora * a.heads * a.qk_dim if a.q_lora else 2 * a.h * a.heads * a.qk_dim
+        kv = 2 * a.h * (a.kv_lora + a.rope_dim) + 2 * a.kv_lora * a.heads * (a.qk_dim - a.rope_dim + a.v_dim)
+        return q + kv + 2 * a.heads * a.v_dim * a.h
+    return 2 * a.h * (a.heads + 2 * a.groups) * a.qk_dim + 2 * a.heads * a.v_dim * a.h
+
+
+def mlp_flops(a: Arch, ffn: int) -> float:
+    return 2.0 * a.h * ffn * (a.gated + 1)
+
+
+def layer_flops(a: Arch, seq: int, moe: bool) -> float:
+    """Forward FLOPs per token of one transformer layer (causal attention)."""
+    attn = attention_linear_flops(a) + seq * a.heads * (a.qk_dim + a.v_dim)
+    if not moe:
+        return attn + mlp_flops(a, a.ffn)
+    experts = 2.0 * a.h * a.experts + a.topk * mlp_flops(a, a.expert_ffn)
+    return attn + experts + (mlp_flops(a, a.shared_ffn) if a.shared_ffn else 0.0)
+
+
+def model_flops_per_token(model: ModelArch, seq_length: int) -> float:
+    """Training FLOPs (forward + backward, no recompute) per token of `seq_length`-token sequences."""
+    a = arch_of(model)
+    pattern = model.moe_layer_pattern
+    moe = sum(pattern)
+    fwd = moe * layer_flops(a, seq_length, True) + (len(pattern) - moe) * layer_flops(a, seq_length, False)
+    head = 2.0 * a.h * a.vocab
+    mtp = a.mtp_layers * (layer_flops(a, seq_length, bool(pattern[-1])) + 4.0 * a.h * a.h + head)
+    return 3.0 * (fwd + head + mtp)

@@ -1,0 +1,75 @@
+"""GEMM time backends behind one interface, `gemm_ms(m, n, k, dtype, batch=1)`.
+
+The built-in backend is a tile/wave-quantisation roofline: the output is cut into tiles, the tiles run
+in waves over the compute units, and a wave costs the tile's FLOPs at a fitted fraction of the dense
+peak; the result is at least the HBM traffic time, plus a fixed kernel latency. Origami (AMD's
+analytic GEMM model) serves the AMD architectures it knows when it is installed.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from math import ceil
+from typing import Protocol
+
+from ..specs import GPUSpec
+from .calibration import Constants, constants
+
+# (tile rows, tile cols, relative efficiency): the backend takes the fastest, like a library heuristic.
+TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.9))
+_IN_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2}
+_OUT_BYTES = 2
+
+
+class GemmBackend(Protocol):
+    def gemm_ms(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> float: ...
+
+
+class RooflineGemm:
+    """Tile/wave-quantised roofline of one GPU (every catalog GPU)."""
+
+    name = "roofline"
+
+    def __init__(self, gpu: GPUSpec, c: Constants):
+        bf16 = gpu.bf16_tflops * 1e12 * c.gemm_eff
+        fp8 = gpu.fp8_tflops * 1e12 * c.fp8_gemm_eff if gpu.fp8_tflops else bf16
+        self._rate = {"bf16": bf16 / gpu.num_sms, "fp16": bf16 / gpu.num_sms, "fp8": fp8 / gpu.num_sms}
+        self._units = gpu.num_sms
+        self._hbm = gpu.hbm_tb_s * 1e12 * c.hbm_eff
+        self._latency_ms = c.gemm_latency_us * 1e-3
+        self.gemm_ms = lru_cache(maxsize=65536)(self._gemm_ms)
+
+    def _gemm_ms(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> float:
+        if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
+            return 0.0
+        rate = self._rate[dtype]
+        compute = min(
+            ceil(ceil(m / tm) * ceil(n / tn) * batch / self._units) * 2.0 * tm * tn * k / (rate * eff)
+            for tm, tn, eff in TILES
+        )
+        traffic = ((m * k + k * n) * _IN_BYTES[dtype] + m * n * _OUT_BYTES) * batch / self._hbm
+        return max(compute, traffic) * 1e3 + self._latency_ms
+
+
+class _CachedGemm:
+    """Per-shape cache in front of another backend."""
+
+    def __init__(self, inner: GemmBackend, name: str):
+        self.name = name
+        self.gemm_ms = lru_cache(maxsize=65536)(inner.gemm_ms)
+
+
+def _origami_for(gpu: GPUSpec) -> GemmBackend | None:
+    try:
+        from . import gemm_origami
+    except ImportError:
+        return None
+    if gpu.name not in gemm_origami.ORIGAMI_ARCHS or not gemm_origami.origami_available():
+        return None
+    return _CachedGemm(gemm_origami.OrigamiGemm(gpu.name), "origami")
+
+
+@lru_cache(maxsize=64)
+def gemm_backend(gpu: GPUSpec, c: Constants | None = None) -> GemmBackend:
+    """Origami for the AMD GPUs it models when installed, else the built-in roofline."""
+    return _origami_for(gpu) or RooflineGemm(gpu, c or constants(gpu))

@@ -1,0 +1,237 @@
+"""Per-block work of one micro-batch on one rank: transformer layers (dense, MoE; GQA or MLA),
+the embedding, and the output head with its loss.
+
+Linear GEMMs run at their TP-sharded shapes on all T = MBS·seq/CP tokens of the rank (sequence
+parallelism all-gathers before and reduce-scatters after each TP region); each linear costs a
+forward GEMM, a data-grad GEMM (the `b` pass) and a weight-grad GEMM (the `w` pass). Attention
+core is flash attention (causal: half the s² work; per CP rank 1/CP of it; backward 2.5x forward) or,
+for runs without flash attention, the two batched GEMMs with the s² softmax/dropout traffic.
+Norms, residuals, rotary, activation, routing, permutation, FP8 casts and the loss are HBM traffic.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from .context import E_BYTES, HALF, Ctx
+from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
+
+FA_BWD = 2.5  # flash-attention backward / forward FLOPs (5 GEMMs against 2)
+LOSS_BYTES = {False: (14.0, 10.0), True: (4.0, 4.0)}  # bytes per logit (fwd, bwd): unfused vs fused CE
+
+
+def _linear(ctx: Ctx, w: Builder, m: float, n: float, k: float, dtype: str) -> None:
+    """One linear layer [m, k] x [k, n]: forward, data-grad and weight-grad GEMMs (+ FP8 casts)."""
+    g = ctx.gemm.gemm_ms
+    m, n, k = int(m), int(n), int(k)
+    w.add(GEMM, g(m, n, k, dtype), g(m, k, n, dtype), g(k, n, m, dtype))
+    if dtype == "fp8":  # cast (and transpose) inputs, weights and output grads: read 2 + write 1 bytes
+        w.add(ELEM, 3.0 * (m * k + k * n) / ctx.hbm, (3.0 * m * n + m * k) / ctx.hbm)
+
+
+def _grouped(ctx: Ctx, w: Builder, m: float, n: float, k: float, groups: int, dtype: str) -> None:
+    """A grouped GEMM over `groups` local experts of `m` tokens each."""
+    g = ctx.gemm.gemm_ms
+    m, n, k = max(1, round(m)), int(n), int(k)
+    w.add(GEMM, g(m, n, k, dtype, groups), g(m, k, n, dtype, groups), g(k, n, m, dtype, groups))
+    if dtype == "fp8":
+        w.add(ELEM, 3.0 * groups * (m * k + k * n) / ctx.hbm, groups * (3.0 * m * n + m * k) / ctx.hbm)
+
+
+def _tp_one(ctx: Ctx) -> float:
+    """Exposed ms of one TP all-gather (or reduce-scatter) of the rank's activations; 0 without TP."""
+    if ctx.tp == 1:
+        return 0.0
+    return ctx.net.reduce_scatter(ctx.tokens * ctx.arch.h * E_BYTES, ctx.tp, 1) * ctx.c.tp_exposed
+
+
+def _tp_collectives(ctx: Ctx, w: Builder, regions: int) -> None:
+    """`regions` TP regions, each AG + RS per pass under SP (one all-reduce, same bytes, without)."""
+    t = 2 * regions * _tp_one(ctx)
+    w.add(TP, t, t)
+
+
+def _attention(ctx: Ctx, w: Builder) -> None:
+    a, T, tp = ctx.arch, ctx.tokens, ctx.tp
+    dtype = ctx.linear_dtype()
+    heads = a.heads / tp
+    if a.mla:
+        q_in = a.h
+        if a.q_lora:
+            _linear(ctx, w, T, a.q_lora, a.h, dtype)  # q down-projection, replicated over TP
+            q_in = a.q_lora
+        _linear(ctx, w, T, heads * a.qk_dim, q_in, dtype)
+        _linear(ctx, w, T, a.kv_lora + a.rope_dim, a.h, dtype)  # kv down-projection, replicated
+        _linear(ctx, w, T, heads * (a.qk_dim - a.rope_dim + a.v_dim), a.kv_lora, dtype)
+        rotary = T * (heads + 1) * a.rope_dim
+    else:
+        _linear(ctx, w, T, (a.heads + 2 * a.groups) * a.qk_dim / tp, a.h, dtype)
+        rotary = 0.0 if a.gpt_style else T * (a.heads + 2 * a.groups) / tp * a.qk_dim
+    _linear(ctx, w, T, a.h, heads * a.v_dim, dtype)
+    w.add(ELEM, 2 * rotary * E_BYTES / ctx.hbm, 4 * rotary * E_BYTES / ctx.hbm)
+    core_f, core_b = _core_attention(ctx, heads)
+    w.add(ATTN, core_f, core_b)
+    w.sel[ATTN] += core_f
+    _cp_ring(ctx, w, heads, core_f, core_b)
+
+
+def _core_attention(ctx: Ctx, heads: float) -> tuple[float, float]:
+    """(forward, backward) ms of the attention core on one rank."""
+    a, s, cp, b = ctx.arch, ctx.seq, ctx.cp, ctx.mbs
+    if ctx.flash:
+        flops = b * heads * s * s / cp * (a.qk_dim + a.v_dim)  # causal: half of 2·s²·(dqk + dv)
+        lat = ctx.c.gemm_latency_us * 1e-3
+        return flops / ctx.attn_rate + lat, FA_BWD * flops / ctx.attn_rate + 2 * lat
+    g = ctx.gemm.gemm_ms
+    sq, batch, half = s // cp, max(1, int(b * heads)), HALF
+    fwd = g(sq, s, a.qk_dim, half, batch) + g(sq, a.v_dim, s, half, batch)
+    bwd = (g(sq, a.qk_dim, s, half, batch) + g(s, a.qk_dim, sq, half, batch)
+           + g(s, a.v_dim, sq, half, batch) + g(sq, s, a.v_dim, half, batch))
+    scores = b * heads * sq * s  # the full s x s matrix is materialised (masked, not skipped)
+    drop = 5.0 if a.gpt_style else 0.0  # attention dropout: read + write + 1-byte mask
+    return fwd + (4.0 + drop) * scores / ctx.hbm, bwd + (6.0 + drop) * scores / ctx.hbm
+
+
+def _cp_ring(ctx: Ctx, w: Builder, heads: float, core_f: float, core_b: float) -> None:
+    """K/V ring exchange over CP, overlapped with the attention core it feeds."""
+    if ctx.cp == 1:
+        return
+    a = ctx.arch
+    width = heads * (a.qk_dim + a.v_dim) if a.mla else 2 * max(1.0, a.groups / ctx.tp) * a.qk_dim
+    chunk = ctx.tokens * width * E_BYTES
+    inter = ctx.tp * ctx.cp > ctx.gpus_per_node
+    step = ctx.net.p2p(chunk, inter)
+    fwd, bwd = (ctx.cp - 1) * step, 2 * (ctx.cp - 1) * step  # backward also returns dK, dV
+    w.add(CP, max(0.0, fwd - core_f), max(0.0, bwd - core_b))
+
+
+def _norms_residuals(ctx: Ctx, w: Builder) -> None:
+    """Two norms and two residual adds (GPT-style: fused bias-dropout-add with a 1-byte mask)."""
+    n = ctx.sp_tokens * ctx.arch.h
+    per = 2 * (2 * E_BYTES) + 2 * (3 * E_BYTES + (1 if ctx.arch.gpt_style else 0))
+    w.add(ELEM, per * n / ctx.hbm, 2 * per * n / ctx.hbm)
+
+
+def _activation(ctx: Ctx, w: Builder, tokens: float, width: float) -> None:
+    bytes_ = (3 if ctx.arch.gated == 2 else 2) * E_BYTES * tokens * width
+    w.add(ELEM, bytes_ / ctx.hbm, 2 * bytes_ / ctx.hbm)
+
+
+def _mlp(ctx: Ctx, w: Builder, ffn: int) -> None:
+    """A TP-sharded MLP on all T tokens (dense MLP or shared experts)."""
+    a, T, dtype = ctx.arch, ctx.tokens, ctx.linear_dtype()
+    _linear(ctx, w, T, a.gated * ffn / ctx.tp, a.h, dtype)
+    _linear(ctx, w, T, a.h, ffn / ctx.tp, dtype)
+    _activation(ctx, w, T, ffn / ctx.tp)
+
+
+def _experts(ctx: Ctx, w: Builder) -> None:
+    """Router, dispatch, grouped expert GEMMs at balanced load, combine.
+
+    Each rank routes its Tm (SP-sharded) tokens to top-k experts. Balanced, the EP group receives
+    Tm·k token copies per rank; a rank holds E/EP experts, each split ETP ways, so it runs Tm·k·ETP
+    tokens through experts of width ffn/ETP: the same FLOPs as Tm·k tokens through whole experts.
+    """
+    a, Tm, dtype = ctx.arch, ctx.sp_tokens, ctx.linear_dtype()
+    _linear(ctx, w, Tm, a.experts, a.h, HALF)  # router
+    route = Tm * a.experts * 4 * 4  # fp32 softmax / top-k
+    permute = 2 * (Tm * a.h + Tm * a.topk * a.h) * E_BYTES  # permute + unpermute
+    w.add(ELEM, (route + permute) / ctx.hbm, (route + permute) / ctx.hbm)
+    local = max(1, a.experts // ctx.ep)
+    rows = Tm * a.topk * ctx.etp
+    _grouped(ctx, w, rows / local, a.gated * a.expert_ffn / ctx.etp, a.h, local, dtype)
+    _grouped(ctx, w, rows / local, a.h, a.expert_ffn / ctx.etp, local, dtype)
+    _activation(ctx, w, rows, a.expert_ffn / ctx.etp)
+    if ctx.etp > 1:
+        t = 2 * ctx.net.reduce_scatter(rows * a.h * E_BYTES, ctx.etp, 1) * ctx.c.tp_exposed
+        w.add(TP, t, t)
+    hidden = max(0.0, 1.0 - ctx.sync_free * ctx.c.sync_free_overlap)
+    if ctx.deepep:
+        one = ctx.net.deepep(Tm * a.h * E_BYTES, a.topk, ctx.ep, ctx.etp)
+    else:
+        one = ctx.net.all_to_all(Tm * a.topk * a.h * E_BYTES, ctx.ep, ctx.etp)
+    a2a = 2 * one * hidden  # dispatch + combine
+    w.add(EP, a2a, a2a)
+    sync = ctx.c.moe_sync_us * 1e-3 * max(0.0, 1.0 - ctx.sync_free / 3)
+    w.add(OVH, sync, sync)
+
+
+def _overhead(ctx: Ctx, w: Builder) -> None:
+    o = ctx.c.layer_overhead_us * 1e-3
+    w.add(OVH, o, 2 * o)
+
+
+def _fsdp(ctx: Ctx, w: Builder, params: float) -> None:
+    """FSDP2: gather the layer's BF16 weights before forward and backward, reduce-scatter FP32 grads;
+    prefetch hides each behind the layer's own compute."""
+    if ctx.fsdp <= 1:
+        return
+    gather = ctx.net.all_gather(params * 2, ctx.fsdp, ctx.tp)
+    scatter = ctx.net.reduce_scatter(params * 4, ctx.fsdp, ctx.tp)
+    busy_f, busy_b = sum(w.f), sum(w.b) + sum(w.w)
+    w.add(FSDP, max(0.0, gather - busy_f), max(0.0, gather + scatter - busy_b))
+
+
+@lru_cache(maxsize=8192)
+def transformer_layer(ctx: Ctx, moe: bool, params: float) -> Work:
+    """One dense or MoE transformer layer (`params`: its weights on this rank, for FSDP)."""
+    w = Builder()
+    _attention(ctx, w)
+    _norms_residuals(ctx, w)
+    if moe:
+        _experts(ctx, w)
+        if ctx.arch.shared_ffn:
+            _mlp(ctx, w, ctx.arch.shared_ffn)
+        _tp_collectives(ctx, w, 1 + (1 if ctx.arch.shared_ffn else 0))
+    else:
+        _mlp(ctx, w, ctx.arch.ffn)
+        _tp_collectives(ctx, w, 2)
+    _overhead(ctx, w)
+    _fsdp(ctx, w, params)
+    return w.build()
+
+
+@lru_cache(maxsize=4096)
+def embedding(ctx: Ctx) -> Work:
+    """Vocab-parallel lookup (+ its TP reduction) and the gradient scatter-add."""
+    w = Builder()
+    n = ctx.tokens * ctx.arch.h
+    w.add(ELEM, 2 * n * E_BYTES / ctx.hbm, n * (E_BYTES + 8) / ctx.hbm)
+    one = _tp_one(ctx)  # SP: reduce-scatter forward, all-gather backward; else all-reduce forward
+    if ctx.sp:
+        w.add(TP, one, one)
+    else:
+        w.add(TP, 2 * one)
+    return w.build()
+
+
+@lru_cache(maxsize=4096)
+def output_head(ctx: Ctx) -> Work:
+    """Final norm, vocab-parallel logits GEMM (BF16 also under FP8) and the cross-entropy loss."""
+    a, T = ctx.arch, ctx.tokens
+    w = Builder()
+    n = ctx.sp_tokens * a.h
+    w.add(ELEM, 2 * E_BYTES * n / ctx.hbm, 4 * E_BYTES * n / ctx.hbm)
+    one = _tp_one(ctx)  # SP: all-gather forward, reduce-scatter backward; else all-reduce backward
+    if ctx.sp:
+        w.add(TP, one, one)
+    else:
+        w.add(TP, 0.0, 2 * one)
+    vocab = a.vocab / ctx.tp
+    _linear(ctx, w, T, vocab, a.h, HALF)
+    fwd, bwd = LOSS_BYTES[ctx.ce_fusion]
+    w.add(ELEM, fwd * T * vocab / ctx.hbm, bwd * T * vocab / ctx.hbm)
+    _overhead(ctx, w)
+    return w.build()
+
+
+@lru_cache(maxsize=4096)
+def mtp_module(ctx: Ctx, moe: bool, params: float) -> Work:
+    """One multi-token-prediction module: embedding, two norms, the 2h->h projection, one
+    transformer layer and its own output head (DeepSeek-V3 §2.2)."""
+    a = ctx.arch
+    w = Builder()
+    _linear(ctx, w, ctx.tokens, a.h / ctx.tp, 2 * a.h, ctx.linear_dtype())
+    n = ctx.sp_tokens * a.h
+    w.add(ELEM, 4 * E_BYTES * n / ctx.hbm, 8 * E_BYTES * n / ctx.hbm)
+    return w.build() + embedding(ctx) + transformer_layer(ctx, moe, params) + output_head(ctx)

@@ -1,0 +1,204 @@
+"""Pipeline schedules simulated on a dependency timeline.
+
+Each schedule is a static per-rank order of forward (F), backward-input (B) and weight-grad (W)
+operations on virtual stages (`vs`), as the framework issues them: Megatron's 1F1B and interleaved
+1F1B (B includes W), ZB-H1 (Qi et al. 2023: rank r defers r weight-grads to fill the cool-down
+bubble) and ZB-V (two chunks per rank in a V: rank r holds stages r and 2p-1-r). A forward waits for
+the previous virtual stage's forward (plus the p2p transfer), a backward for the next stage's
+backward; a rank runs its ops in order. Bubbles, uneven stages and the head/tail imbalance all fall
+out of the timeline.
+
+For speed the op order of a (schedule, p, v, m) is compiled once into a flat topological program;
+beyond 3p micro-batches the end times are extrapolated linearly from runs at 2p and 3p (the steady
+state adds the same time per group of p micro-batches).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+F, B, W = 0, 1, 2
+SPLIT_BACKWARD = ("zb", "zbv")  # schedules that run W as its own op
+
+
+def _one_f_one_b(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
+    warm = min(p - r - 1, m)
+    ops = [(F, r, i) for i in range(warm)]
+    for i in range(m - warm):
+        ops += [(F, r, warm + i), (B, r, i)]
+    return ops + [(B, r, i) for i in range(m - warm, m)]
+
+
+def _interleaved(p: int, v: int, r: int, m: int) -> list[tuple[int, int, int]]:
+    """Megatron's interleaved 1F1B: micro-batches in groups of p, chunk by chunk."""
+    fwd, bwd = [], []
+    for start in range(0, m, p):
+        group = range(start, min(start + p, m))
+        fwd += [(c, mb) for c in range(v) for mb in group]
+        bwd += [(c, mb) for c in reversed(range(v)) for mb in group]
+    total = m * v
+    warm = total if m <= p else min(total, 2 * (p - r - 1) + (v - 1) * p)
+    ops = [(F, c * p + r, mb) for c, mb in fwd[:warm]]
+    for i in range(total - warm):
+        (cf, mf), (cb, mb) = fwd[warm + i], bwd[i]
+        ops += [(F, cf * p + r, mf), (B, cb * p + r, mb)]
+    return ops + [(B, c * p + r, mb) for c, mb in bwd[total - warm:]]
+
+
+def _zb_h1(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
+    """ZB-H1: 1F1B warm-up, then r F-B pairs deferring W, then F-B-W, then B-W, then the rest of W."""
+    ops: list[tuple[int, int, int]] = []
+    nf = nb = nw = 0
+    for _ in range(min(p - r - 1, m)):
+        ops.append((F, r, nf))
+        nf += 1
+    for _ in range(r):
+        if nf == m:
+            break
+        ops += [(F, r, nf), (B, r, nb)]
+        nf, nb = nf + 1, nb + 1
+    while nf < m:
+        ops += [(F, r, nf), (B, r, nb), (W, r, nw)]
+        nf, nb, nw = nf + 1, nb + 1, nw + 1
+    while nb < m:
+        ops += [(B, r, nb), (W, r, nw)]
+        nb, nw = nb + 1, nw + 1
+    return ops + [(W, r, i) for i in range(nw, m)]
+
+
+def _zbv(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
+    """ZB-V (Qi et al. 2023 §6, as PyTorch's ScheduleZBVZeroBubble issues it); at least 2p-1
+    micro-batches are planned and the ones past m dropped."""
+    n = max(2 * p - 1, m)
+    stage = (r, 2 * p - 1 - r)
+    count = {}
+    ops: list[tuple[int, int, int]] = []
+
+    def emit(kind: int, chunk: int) -> None:
+        i = count.get((kind, chunk), 0)
+        count[(kind, chunk)] = i + 1
+        ops.append((kind, stage[chunk], i))
+
+    def c(kind: int, chunk: int) -> int:
+        return count.get((kind, chunk), 0)
+
+    for _ in range(2 * (p - r) - 1):
+        emit(F, 0)
+    for _ in range(r):
+        emit(F, 1)
+        emit(F, 0)
+    for _ in range(p - r):
+        emit(F, 1), emit(B, 1), emit(W, 1)
+    while c(F, 1) < c(F, 0) or c(F, 0) < n:
+        if c(F, 0) < n:
+            emit(F, 0)
+        emit(B, 0), emit(W, 0), emit(F, 1), emit(B, 1), emit(W, 1)
+    for _ in range(r):
+        emit(B, 0), emit(B, 1)
+    for _ in range(p - r):
+        emit(B, 0), emit(W, 0)
+    while c(W, 1) < c(B, 1):
+        emit(W, 1)
+    while c(W, 0) < c(B, 0):
+        emit(W, 0)
+    return [op for op in ops if op[2] < m]
+
+
+def virtual_stages(schedule: str, p: int, v: int) -> int:
+    return 2 * p if schedule == "zbv" else p * v
+
+
+def rank_of(schedule: str, p: int, vs: int) -> int:
+    """Pipeline rank that runs virtual stage `vs`."""
+    if schedule == "zbv":
+        return vs if vs < p else 2 * p - 1 - vs
+    return vs % p
+
+
+def rank_orders(schedule: str, p: int, v: int, m: int) -> list[list[tuple[int, int, int]]]:
+    """(kind, virtual stage, micro-batch) ops of every rank, in issue order."""
+    if schedule == "zb":
+        return [_zb_h1(p, r, m) for r in range(p)]
+    if schedule == "zbv":
+        return [_zbv(p, r, m) for r in range(p)]
+    if v > 1:
+        return [_interleaved(p, v, r, m) for r in range(p)]
+    return [_one_f_one_b(p, r, m) for r in range(p)]
+
+
+@lru_cache(maxsize=1024)
+def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+    """Topologically ordered ops as parallel tuples (rank, duration index, dependency, edge index).
+
+    Duration index = kind·V + vs; the edge index picks the p2p time of a stage boundary (V-1 means
+    none: same rank or no dependency)."""
+    V = virtual_stages(schedule, p, v)
+    orders = rank_orders(schedule, p, v, m)
+    placed: dict[tuple[int, int, int], int] = {}
+    ranks, durs, deps, edges = [], [], [], []
+    ptr = [0] * p
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        progressed = False
+        for r in range(p):
+            order = orders[r]
+            while ptr[r] < len(order):
+                kind, vs, mb = op = order[ptr[r]]
+                if kind == F:
+                    dep, edge = ((F, vs - 1, mb), vs - 1) if vs else (None, V - 1)
+                elif kind == B:
+                    dep, edge = ((B, vs + 1, mb), vs) if vs < V - 1 else ((F, vs, mb), V - 1)
+                else:
+                    dep, edge = None, V - 1
+                if dep is not None and dep not in placed:
+                    break
+                if dep is not None and rank_of(schedule, p, dep[1]) == r:
+                    edge = V - 1
+                placed[op] = len(ranks)
+                ranks.append(r)
+                durs.append(kind * V + vs)
+                deps.append(-1 if dep is None else placed[dep])
+                edges.append(edge)
+                ptr[r] += 1
+                remaining -= 1
+                progressed = True
+        if not progressed:
+            raise RuntimeError(f"{schedule} schedule deadlocks at p={p} v={v} m={m}")
+    return tuple(ranks), tuple(durs), tuple(deps), tuple(edges)
+
+
+def _run(schedule: str, p: int, v: int, m: int, durations: tuple[float, ...], edges: tuple[float, ...]) -> list[float]:
+    ranks, dur_idx, deps, edge_idx = _program(schedule, p, v, m)
+    fin = [0.0] * len(ranks)
+    free = [0.0] * p
+    i = 0
+    for r, d, dep, e in zip(ranks, dur_idx, deps, edge_idx):
+        t = free[r]
+        if dep >= 0:
+            arrive = fin[dep] + edges[e]
+            if arrive > t:
+                t = arrive
+        t += durations[d]
+        fin[i] = t
+        free[r] = t
+        i += 1
+    return free
+
+
+@lru_cache(maxsize=8192)
+def rank_end_times(schedule: str, p: int, v: int, m: int, f: tuple[float, ...], b: tuple[float, ...],
+                   w: tuple[float, ...], p2p: tuple[float, ...]) -> tuple[float, ...]:
+    """When each pipeline rank finishes its last op of the iteration (ms).
+
+    f, b, w: per virtual stage durations (for schedules without a separate W, pass W folded into b
+    and zeros in w); p2p: transfer time across each of the V-1 stage boundaries."""
+    if schedule not in SPLIT_BACKWARD and any(w):
+        b, w = tuple(x + y for x, y in zip(b, w)), (0.0,) * len(w)
+    durations = f + b + w
+    edges = p2p + (0.0,)
+    if m <= 3 * p:
+        return tuple(_run(schedule, p, v, m, durations, edges))
+    lo = _run(schedule, p, v, 2 * p, durations, edges)
+    hi = _run(schedule, p, v, 3 * p, durations, edges)
+    k = (m - 2 * p) / p
+    return tuple(a + k * (z - a) for a, z in zip(lo, hi))

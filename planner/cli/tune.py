@@ -1,0 +1,57 @@
+"""`paratune tune`: search a workload's layouts on a cluster and write the run's artifacts."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from oracle.inputs import load_cluster, load_workload
+
+from ..tune import TuneOptions, tune
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("tune", help="seed plan, sweep and artifacts for one workload on one cluster")
+    p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
+    p.add_argument("--target-cluster", required=True, help="target cluster YAML")
+    p.add_argument("--out-dir", required=True, help="folder for ledger.sqlite and the artifacts")
+    p.add_argument("--seed-only", action="store_true", help="stop after the seed plan")
+    p.add_argument("--sweep", action="store_true", help="also score the whole legal space")
+    p.add_argument("--seed-budget", type=int, help="max seed candidates (default: the cluster's max_perf_calls)")
+    p.add_argument("--resume", action="store_true", help="continue the open run in --out-dir's ledger")
+    p.add_argument("--dry-run", action="store_true", help="synthetic metrics: exercise the loop without the oracle")
+    p.add_argument("--jobs", type=int, help="sweep worker processes (default: all cores)")
+    p.add_argument("--top-k", type=int, default=10, help="sweep winners to keep")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    console = Console(stderr=True)
+    workload = load_workload(args.workload)
+    cluster = load_cluster(args.target_cluster)
+    options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
+                          resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k)
+    with Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  transient=True) as bar:
+        task = bar.add_task("sweep", total=None)
+        outcome = tune(workload, cluster, Path(args.out_dir), options, workload_file=args.workload,
+                       note=lambda line: console.print(line, highlight=False),
+                       progress=lambda done, total: bar.update(task, completed=done, total=total))
+    out = Console()
+    if outcome.winner is None:
+        out.print("no legal layout that fits was found")
+        return 0
+    w = outcome.winner
+    out.print(f"[bold]winner[/] ({outcome.winner_origin}): {w.tokens_per_s_per_gpu:,.1f} tokens/s/GPU, "
+              f"{w.memory_per_gpu_gb:.1f} GiB of {w.memory_cap_gb:.1f} GiB per GPU")
+    if outcome.sweep_best:
+        out.print(f"seed best {outcome.seed_best:,.1f} = {outcome.seed_vs_sweep:.1%} of the sweep optimum "
+                  f"{outcome.sweep_best:,.1f} over {outcome.space_size:,} legal points")
+    out.print("\n".join(outcome.env_exports), highlight=False)
+    out.print(outcome.launch_command, highlight=False, soft_wrap=True)
+    out.print(f"artifacts in {args.out_dir}: ledger.sqlite trials.jsonl summary.json trials.png trials/ "
+              f"winner.env launch.sh", highlight=False)
+    return 0

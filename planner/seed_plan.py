@@ -1,0 +1,78 @@
+"""The deterministic seed plan: single-axis sweeps anchored on the workload's baseline (DESIGN §5).
+
+Tiers, in order: baseline; recompute; MoE backend; FP8; the combined tier-A stack; pipeline
+schedules; baseline neighbours (VPP x MBS x recompute); DP sharding; a coarse TP x PP x EP x CP grid
+that keeps the baseline's value of every axis in its lists. Only legal candidates, no duplicates.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+from oracle.legality import legal_axes, validate
+from oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
+
+Candidate = tuple[str, TrialConfig]
+
+
+def _near(values: list[int], anchor: int, width: int = 1) -> list[int]:
+    """`anchor` and its `width` nearest legal neighbours on each side."""
+    if anchor not in values:
+        return values[: 2 * width + 1]
+    i = values.index(anchor)
+    return values[max(0, i - width): i + width + 1]
+
+
+def _tiers(workload: Workload, cluster: ClusterSpec, base: EffectiveConfig) -> Iterator[Candidate]:
+    model = workload.model
+    axes = legal_axes(model, cluster, seq_length=base.seq_length, gbs=base.gbs)
+    moe_ep = model.is_moe and base.ep > 1
+    yield "baseline", TrialConfig()
+    for rc in ("none", "selective", "full"):
+        yield "recompute", TrialConfig(recompute_granularity=rc)
+    if moe_ep:
+        yield "moe_backend", TrialConfig(use_turbo_deepep=True)
+        for stage in axes.sync_free_stage[1:]:
+            yield "moe_backend", TrialConfig(use_turbo_deepep=True, sync_free_stage=stage)
+    for fp8 in axes.fp8[1:]:
+        yield "fp8", TrialConfig(fp8=fp8)
+    tier_a = {"fp8": axes.fp8[1] if len(axes.fp8) > 1 else "none", "cross_entropy_loss_fusion": True,
+              "overlap_grad_reduce": True}
+    if moe_ep:
+        tier_a |= {"use_turbo_deepep": True, "sync_free_stage": axes.sync_free_stage[-1]}
+    yield "tier_a", TrialConfig(**tier_a)
+    yield "tier_a", TrialConfig(**tier_a, recompute_granularity="none")
+    if base.pp > 1:
+        yield "schedule", TrialConfig(pp_schedule="zb", vpp=1, recompute_granularity="none")
+        yield "schedule", TrialConfig(pp_schedule="zbv", vpp=2, recompute_granularity="none")
+        yield "schedule", TrialConfig(**tier_a, pp_schedule="zb", vpp=1, recompute_granularity="none")
+    vpps = [v for v in axes.vpp if v == 1 or model.num_layers % (base.pp * v) == 0] if base.pp > 1 else [1]
+    for vpp, mbs, rc in itertools.product(_near(vpps, base.vpp), _near(axes.mbs, base.mbs),
+                                          ("none", "selective", "full")):
+        yield "neighbours", TrialConfig(vpp=vpp, mbs=mbs, recompute_granularity=rc,
+                                        pp_schedule="interleaved" if vpp > 1 else "1f1b")
+    yield "dp_sharding", TrialConfig(use_distributed_optimizer=True, use_torch_fsdp2=False)
+    yield "dp_sharding", TrialConfig(use_distributed_optimizer=False, use_torch_fsdp2=False)
+    yield "dp_sharding", TrialConfig(use_distributed_optimizer=False, use_torch_fsdp2=True)
+    grid = itertools.product(_near(axes.tp, base.tp), _near(axes.pp, base.pp), _near(axes.ep, base.ep),
+                             _near(axes.cp, base.cp))
+    for tp, pp, ep, cp in grid:
+        yield "grid", TrialConfig(tp=tp, pp=pp, ep=ep, cp=cp, vpp=1, pp_schedule="1f1b",
+                                  etp=tp if base.etp == base.tp else None)
+
+
+def seed_plan(workload: Workload, cluster: ClusterSpec, budget: int) -> list[Candidate]:
+    """Up to `budget` legal, distinct candidates in tier order, each tagged `seed:<tier>`."""
+    base = workload.effective()
+    seen: set[str] = set()
+    out: list[Candidate] = []
+    for tier, trial in _tiers(workload, cluster, base):
+        cfg = workload.effective(trial)
+        if cfg.key in seen or validate(workload.model, cfg, cluster):
+            continue
+        seen.add(cfg.key)
+        out.append((f"seed:{tier}", trial))
+        if len(out) >= budget:
+            break
+    return out

@@ -1,0 +1,147 @@
+"""Fit the performance model's per-family constants on the published throughput table.
+
+Fits a handful of global constants per GPU family (never one per row) by minimising the mean squared
+log error of projected vs measured tokens/s/GPU, plus a penalty whenever two rows of the same model,
+GPU and source come out in the wrong order. Rows: ../shared/calibration/throughput.csv and
+oracle/performance/extra_throughput.csv; unknown knobs are tuned per row (calibration_rows.py).
+The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four rows); blackwell
+has no rows and takes hopper's values. Writes oracle/performance/calibration.yaml and prints the
+error table. Usage: .venv/bin/python scripts/fit_calibration.py [--check]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from oracle.catalog import gpu as catalog_gpu  # noqa: E402
+from oracle.performance.calibration import CALIBRATION_FILE, FITTED, constants_for, with_fitted  # noqa: E402
+from oracle.performance.calibration_rows import Row, load_rows, project  # noqa: E402
+
+# which constants each group fits (a constant the group's rows cannot see keeps its current value)
+GROUPS = {
+    "ampere": (("ampere",), ("gemm_eff", "tp_exposed", "layer_overhead_us")),
+    "hopper": (("hopper",), FITTED),
+    "amd": (("cdna3", "cdna4"), ("gemm_eff", "fp8_gemm_eff", "attn_eff")),
+}
+COPIES = {"blackwell": "hopper"}  # families without rows
+BOUNDS = {
+    "gemm_eff": (0.4, 0.95), "fp8_gemm_eff": (0.3, 0.95), "attn_eff": (0.2, 0.9),
+    "tp_exposed": (0.0, 1.0), "layer_overhead_us": (0.0, 300.0),
+}
+ORDER_WEIGHT = 4.0
+ORDER_MARGIN = 0.02  # projected log-ratio a correctly ordered pair should keep
+
+
+def family_of_row(row: Row) -> str:
+    return catalog_gpu(row.gpu).family
+
+
+def _objective(rows: list[Row], values: dict[str, float], families: tuple[str, ...]) -> float:
+    logs = {}
+    for row in rows:
+        fam = family_of_row(row)
+        c = with_fitted(constants_for(fam), values) if fam in families else None
+        logs[row.id] = math.log(project(row, c).estimate.tokens_per_s_per_gpu / row.measured)
+    loss = sum(x * x for x in logs.values()) / len(logs)
+    for a, b in order_pairs(rows):  # a measured faster than b
+        gap = (logs[b.id] + math.log(b.measured)) - (logs[a.id] + math.log(a.measured)) + ORDER_MARGIN
+        loss += ORDER_WEIGHT * max(0.0, gap) ** 2
+    return loss
+
+
+def order_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
+    """(faster, slower) pairs of rows with the same model, GPU and source."""
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if (a.model, a.gpu, a.source) == (b.model, b.gpu, b.source) and a.measured != b.measured:
+                out.append((a, b) if a.measured > b.measured else (b, a))
+    return out
+
+
+def _golden(f, lo: float, hi: float, x0: float, iters: int = 12) -> float:
+    """Minimise a 1-D function on [lo, hi] by golden-section search (keeps x0 if nothing is better)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    best = c if fc < fd else d
+    return best if min(fc, fd) < f(x0) else x0
+
+
+def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...], sweeps: int = 3) -> dict[str, float]:
+    """Coordinate descent over the group's constants."""
+    base = constants_for(families[0])
+    values = {n: getattr(base, n) for n in names}
+    for _ in range(sweeps):
+        for name in names:
+            def f(x: float, name: str = name) -> float:
+                return _objective(rows, {**values, name: x}, families)
+            values[name] = _golden(f, *BOUNDS[name], values[name])
+    return values
+
+
+def report(rows: list[Row]) -> tuple[float, float]:
+    """Print the error table; return (MAPE %, max |error| %)."""
+    errors = []
+    print(f"{'row':9s} {'measured':>10s} {'projected':>10s} {'error':>7s}  layout")
+    for row in rows:
+        p = project(row)
+        errors.append(abs(p.error))
+        c = p.cfg
+        print(f"{row.id:9s} {row.measured:10.1f} {p.estimate.tokens_per_s_per_gpu:10.1f} {100 * p.error:+6.1f}%  "
+              f"mbs={c.mbs} recompute={c.recompute_granularity or 'none'} vpp={c.vpp}")
+    mape, worst = 100 * sum(errors) / len(errors), 100 * max(errors)
+    bad = [(a.id, b.id) for a, b in order_pairs(rows)
+           if project(a).estimate.tokens_per_s_per_gpu <= project(b).estimate.tokens_per_s_per_gpu]
+    print(f"mape={mape:.1f}% max_abs_err={worst:.1f}% rows={len(rows)} order_violations={bad or 'none'}")
+    return mape, worst
+
+
+def main() -> None:
+    rows = load_rows()
+    if "--check" in sys.argv:
+        report(rows)
+        return
+    data = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
+    for group, (families, names) in GROUPS.items():
+        members = [r for r in rows if family_of_row(r) in families]
+        values = fit_group(members, families, names)
+        print(group, {k: round(v, 4) for k, v in values.items()}, flush=True)
+        for fam in families:
+            data["families"][fam].update({k: round(v, 4) for k, v in values.items()})
+    for fam, src in COPIES.items():
+        data["families"][fam] = dict(data["families"][src])
+    CALIBRATION_FILE.write_text(_dump(data), encoding="utf-8")
+    constants_for.cache_clear()
+    from oracle.performance import calibration
+    calibration._load.cache_clear()
+    report(rows)
+
+
+def _dump(data: dict) -> str:
+    head = ("# Fitted by scripts/fit_calibration.py on ../shared/calibration/throughput.csv and\n"
+            "# oracle/performance/extra_throughput.csv. families: fitted per GPU family (cdna3 and cdna4\n"
+            "# fitted together; blackwell has no rows and copies hopper). priors: physical, not fitted.\n")
+    fams = "\n".join(f"  {k}: {{{', '.join(f'{n}: {v[n]}' for n in FITTED)}}}" for k, v in data["families"].items())
+    priors = "\n".join(f"  {k}: {v}" for k, v in data["priors"].items())
+    return f"{head}families:\n{fams}\npriors:\n{priors}\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Legality: per-axis legal sets and every violation of `validate`, derived from model and cluster."""
+
+from __future__ import annotations
+
+from oracle.legality import legal_axes, validate
+from oracle.specs import TrialConfig
+
+from .conftest import example
+
+
+def codes(workload, cluster, **knobs):
+    return {v.code for v in validate(workload.model, workload.effective(TrialConfig(**knobs)), cluster)}
+
+
+def test_mixtral_tp_set_on_32_gpus_excludes_3_and_6():
+    w, c = example("mixtral")
+    axes = legal_axes(w.model, c, seq_length=8192, gbs=128)
+    # 48 heads, 8 query groups, hidden 6144, ffn 16384, 8 GPUs per node: TP | gcd(...) and TP | 32 and TP <= 8
+    assert axes.tp == [1, 2, 4, 8]
+    assert 3 not in axes.tp and 6 not in axes.tp
+    # 56 layers: PP in divisors of 32 that split 56 layers (ceil rule lets 16 and 32 through? 56/16 -> 4*15=60>56)
+    assert axes.pp == [1, 2, 4, 8]
+    assert axes.ep == [1, 2, 4, 8]
+    assert axes.fp8 == ["none", "hybrid", "e4m3"]
+
+
+def test_shipped_baselines_are_legal(shipped):
+    w, c = shipped
+    assert validate(w.model, w.effective(), c) == []
+
+
+def test_every_violation_is_reported_at_once():
+    w, c = example("mixtral")
+    found = codes(w, c, tp=3, cp=3, ep=3, use_torch_fsdp2=True, use_distributed_optimizer=True, sync_free_stage=4)
+    assert {"world_attention", "world_expert", "tp_num_query_groups", "tp_ffn_hidden_size", "cp_seq", "ep_experts",
+            "fsdp_distopt", "sync_free_range"} <= found
+
+
+def test_schedule_rules():
+    w, c = example("llama70b")  # PP4 VPP5, 80 layers, 64 GPUs
+    assert "zb_recompute" in codes(w, c, pp_schedule="zb", vpp=1, recompute_granularity="selective")
+    assert "zbv_vpp" in codes(w, c, pp_schedule="zbv", vpp=5)
+    assert codes(w, c, pp_schedule="zbv", vpp=2) == set()
+    assert "zb_needs_pp" in codes(w, c, pp_schedule="zb", pp=1, vpp=1, tp=8, cp=1)
+    assert "vpp_needs_pp" in codes(w, c, pp=1, vpp=2, tp=8)
+    assert "vpp_layers" in codes(w, c, vpp=3)  # 80 % (4*3) != 0
+    # GBS 128, DP = 64/(4*4*2) = 2, MBS 1 -> 64 micro-batches; MBS 16 -> 4 micro-batches, 4 % PP=4 == 0 ok;
+    # GBS 40 -> 20 micro-batches, 20 % 4 == 0; GBS 24 -> 12 % 4 == 0; GBS 12, MBS 1 -> 6 % 4 != 0
+    assert "interleaved_microbatches" in codes(w, c, gbs=12)
+    assert "gbs_mbs_dp" in codes(w, c, gbs=12, mbs=4)  # 12 % (4*2) != 0
+
+
+def test_feature_rules():
+    w, c = example("llama70b")
+    assert "deepep_moe" in codes(w, c, use_turbo_deepep=True)
+    assert "sync_free_moe" in codes(w, c, sync_free_stage=1)
+    assert "tp_node" in codes(w, c, tp=16, pp=2, vpp=1, cp=1)
+    m, mc = example("mixtral")
+    assert "deepep_moe" in codes(m, mc, ep=1, use_turbo_deepep=True)
+    assert codes(m, mc, use_turbo_deepep=True, sync_free_stage=2) == set()
+    # 56 layers / PP4 = 14 per stage
+    assert "recompute_num_layers" in codes(m, mc, recompute_granularity="full", recompute_num_layers=15)
+    assert codes(m, mc, recompute_granularity="full", recompute_num_layers=14) == set()
+
+
+def test_fp8_only_on_gpus_that_have_it(tmp_path):
+    from oracle.inputs import load_cluster
+
+    f = tmp_path / "a100.yaml"
+    f.write_text("target_cluster: {num_nodes: 8, gpus_per_node: 8, gpu_arch: a100-80g}\n")
+    a100 = load_cluster(f)
+    w, _ = example("llama70b")
+    assert "fp8_gpu" in codes(w, a100, fp8="hybrid")
+    assert legal_axes(w.model, a100, seq_length=8192, gbs=128).fp8 == ["none"]
+
+
+def test_uneven_pipeline_split_for_61_layers():
+    w, c = example("deepseek")
+    axes = legal_axes(w.model, c, seq_length=4096, gbs=1024)
+    assert 8 in axes.pp  # 7 stages of 8 + a last stage of 5
+    assert codes(w, c) == set()

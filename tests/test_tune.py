@@ -1,0 +1,112 @@
+"""`paratune tune` end to end: artifacts, dry run, resume after SIGKILL, bad ledger files."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from oracle.inputs import load_workload
+
+from .conftest import EXAMPLES, example
+
+PARATUNE = str(Path(sys.executable).parent / "paratune")
+
+
+def args(name: str, out: Path, *extra: str) -> list[str]:
+    w, c = {"mixtral": ("mixtral-8x22b-mi355x.yaml", "mi355x-4n.yaml"),
+            "deepseek": ("deepseek-v3-h100.yaml", "h100-32n.yaml"),
+            "llama8b": ("llama3-8b-mi300x.yaml", "mi300x-1n.yaml")}[name]
+    return [PARATUNE, "tune", "--workload", str(EXAMPLES / "workloads" / w),
+            "--target-cluster", str(EXAMPLES / "clusters" / c), "--out-dir", str(out), *extra]
+
+
+def test_seed_only_writes_every_artifact(tmp_path):
+    proc = subprocess.run(args("mixtral", tmp_path, "--seed-only"), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    for name in ("ledger.sqlite", "trials.jsonl", "summary.json", "trials.png", "winner.env", "launch.sh"):
+        assert (tmp_path / name).is_file(), name
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    lines = (tmp_path / "trials.jsonl").read_text().splitlines()
+    assert summary["trials"] == len(lines) == len(list((tmp_path / "trials").glob("*.yaml")))
+    assert summary["winner"]["tokens_per_s_per_gpu"] == max(
+        json.loads(x)["result"]["tokens_per_s_per_gpu"] or 0 for x in lines
+        if json.loads(x)["result"]["legal"] and json.loads(x)["result"]["fits"])
+    assert "PRIMUS_TP=" in proc.stdout and "bash examples/run_pretrain.sh" in proc.stdout
+    assert "LLM phase skipped" in proc.stderr
+    assert (tmp_path / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_trial_overlays_rerun_to_the_same_config(tmp_path):
+    subprocess.run(args("mixtral", tmp_path, "--seed-only"), check=True, capture_output=True, timeout=300)
+    records = {str(json.loads(x)["id"]): json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()}
+    for path in sorted((tmp_path / "trials").glob("*.yaml"))[:8]:
+        assert load_workload(path).effective().key == records[path.stem]["config_key"]
+
+
+def test_dry_run_synthesises_without_the_oracle(tmp_path):
+    proc = subprocess.run(args("llama8b", tmp_path, "--dry-run", "--sweep"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()]
+    assert rows and {r["fidelity"] for r in rows} == {"dry"} and {r["result"]["source"] for r in rows} == {"dry"}
+    assert "sweep skipped" in proc.stderr
+
+
+def _trial_ids(db: Path) -> list[int]:
+    with sqlite3.connect(db) as conn:
+        return [r[0] for r in conn.execute("SELECT id FROM trials ORDER BY id")]
+
+
+def test_sigkill_mid_run_then_resume_keeps_every_committed_trial(tmp_path):
+    db = tmp_path / "ledger.sqlite"
+    proc = subprocess.Popen(args("deepseek", tmp_path, "--sweep", "--jobs", "1"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    seen: list[int] = []
+    while time.time() < deadline and len(seen) < 10:
+        time.sleep(0.2)
+        if db.exists():
+            try:
+                seen = _trial_ids(db)
+            except sqlite3.OperationalError:
+                continue
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    before = _trial_ids(db)
+    assert len(before) >= 10
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    resumed = subprocess.run(args("deepseek", tmp_path, "--resume", "--seed-only"), capture_output=True, text=True,
+                             timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    after = _trial_ids(db)
+    assert set(before) <= set(after)
+    with sqlite3.connect(db) as conn:
+        runs = conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        dupes = conn.execute("SELECT COUNT(*) - COUNT(DISTINCT run_id || config_key || fidelity) FROM trials")
+        assert runs == 1 and dupes.fetchone()[0] == 0
+
+
+def test_foreign_ledger_file_is_a_clear_error(tmp_path):
+    (tmp_path / "ledger.sqlite").write_bytes(b"this is not a database at all" * 100)
+    proc = subprocess.run(args("llama8b", tmp_path, "--seed-only"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "ledger.sqlite" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_resume_reuses_trials_without_spending_budget(tmp_path):
+    _, c = example("llama8b")
+    subprocess.run(args("llama8b", tmp_path, "--seed-only"), check=True, capture_output=True, timeout=300)
+    first = _trial_ids(tmp_path / "ledger.sqlite")
+    subprocess.run(args("llama8b", tmp_path, "--seed-only", "--resume"), check=True, capture_output=True,
+                   timeout=300)
+    assert _trial_ids(tmp_path / "ledger.sqlite") == first
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
+        spent = conn.execute("SELECT spent FROM budget_spend WHERE fidelity='simulate'").fetchone()[0]
+    assert spent == len(first) <= c.budget.max_perf_calls
