@@ -4,6 +4,8 @@ Axes: TP, PP, CP, EP, ETP (= TP or 1), VPP, MBS, pipeline schedule, recompute (n
 full), FP8 (off or the hybrid recipe; E4M3-only projects the same GEMM speed, so it is not a separate
 point), MoE backend (all-to-all, DeepEP, DeepEP with sync-free stages 1-3) and DP sharding
 (distributed optimizer or FSDP2). GBS stays the workload's: it is the training recipe, not a layout.
+Fused cross-entropy and overlapped gradient reduction are always on: in the oracle they cost no
+memory and no time, so their off states are dominated and cannot hold the optimum.
 """
 
 from __future__ import annotations
@@ -82,4 +84,5 @@ def knob_points(layout: dict, fp8s: list[str], moe_ep: bool) -> Iterator[TrialCo
                 for fsdp in (False, True):
                     yield TrialConfig(**layout, recompute_granularity=recompute, fp8=fp8,
                                       use_turbo_deepep=deepep, sync_free_stage=sync_free,
-                                      use_torch_fsdp2=fsdp, use_distributed_optimizer=not fsdp)
+                                      use_torch_fsdp2=fsdp, use_distributed_optimizer=not fsdp,
+                                      cross_entropy_loss_fusion=True, overlap_grad_reduce=True)

@@ -4,8 +4,10 @@ Fits a handful of global constants per GPU family (never one per row) by minimis
 log error of projected vs measured tokens/s/GPU, plus a penalty whenever two rows of the same model,
 GPU and source come out in the wrong order. Rows: ../shared/calibration/throughput.csv and
 oracle/performance/extra_throughput.csv; unknown knobs are tuned per row (calibration_rows.py).
-The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four rows); blackwell
-has no rows and takes hopper's values. Writes oracle/performance/calibration.yaml and prints the
+The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four rows), twice: the
+roofline constants with the roofline forced, then, with attention fixed, Origami's efficiency with
+Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell has
+no rows and takes hopper's values. Writes oracle/performance/calibration.yaml and prints the
 error table. Usage: .venv/bin/python scripts/fit_calibration.py [--check]
 """
 
@@ -20,19 +22,26 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from oracle.catalog import gpu as catalog_gpu  # noqa: E402
-from oracle.performance.calibration import CALIBRATION_FILE, FITTED, constants_for, with_fitted  # noqa: E402
+from oracle.performance import calibration  # noqa: E402
+from oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted  # noqa: E402
 from oracle.performance.calibration_rows import Row, load_rows, project  # noqa: E402
+from oracle.performance.gemm_origami import origami_available  # noqa: E402
 
-# which constants each group fits (a constant the group's rows cannot see keeps its current value)
+# (families, constants fitted, settings held during the fit); a constant the group's rows cannot
+# see keeps its current value
 GROUPS = {
-    "ampere": (("ampere",), ("gemm_eff", "tp_exposed", "layer_overhead_us")),
-    "hopper": (("hopper",), FITTED),
-    "amd": (("cdna3", "cdna4"), ("gemm_eff", "fp8_gemm_eff", "attn_eff")),
+    "ampere": (("ampere",), ("gemm_eff", "tp_exposed", "layer_overhead_us"), {}),
+    "hopper": (("hopper",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "layer_overhead_us"), {}),
+    "amd-roofline": (("cdna3", "cdna4"), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {"gemm_model": "roofline"}),
+    "amd-origami": (("cdna3", "cdna4"), ("origami_eff",), {}),
+    "moe": (("ampere", "hopper", "blackwell", "cdna3", "cdna4"), ("moe_overhead_us",), {}),
 }
+ROUNDS = 2  # the groups share rows (MoE rows see their family's constants and the MoE overhead)
 COPIES = {"blackwell": "hopper"}  # families without rows
 BOUNDS = {
     "gemm_eff": (0.4, 0.95), "fp8_gemm_eff": (0.3, 0.95), "attn_eff": (0.2, 0.9),
-    "tp_exposed": (0.0, 1.0), "layer_overhead_us": (0.0, 300.0),
+    "tp_exposed": (0.0, 1.0), "layer_overhead_us": (0.0, 300.0), "origami_eff": (0.4, 1.2),
+    "moe_overhead_us": (0.0, 3000.0),
 }
 ORDER_WEIGHT = 4.0
 ORDER_MARGIN = 0.02  # projected log-ratio a correctly ordered pair should keep
@@ -84,14 +93,15 @@ def _golden(f, lo: float, hi: float, x0: float, iters: int = 12) -> float:
     return best if min(fc, fd) < f(x0) else x0
 
 
-def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...], sweeps: int = 3) -> dict[str, float]:
+def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...], held: dict,
+              sweeps: int = 3) -> dict[str, float]:
     """Coordinate descent over the group's constants."""
     base = constants_for(families[0])
     values = {n: getattr(base, n) for n in names}
-    for _ in range(sweeps):
+    for _ in range(sweeps if len(names) > 1 else 1):
         for name in names:
             def f(x: float, name: str = name) -> float:
-                return _objective(rows, {**values, name: x}, families)
+                return _objective(rows, {**values, **held, name: x}, families)
             values[name] = _golden(f, *BOUNDS[name], values[name])
     return values
 
@@ -105,7 +115,8 @@ def report(rows: list[Row]) -> tuple[float, float]:
         errors.append(abs(p.error))
         c = p.cfg
         print(f"{row.id:9s} {row.measured:10.1f} {p.estimate.tokens_per_s_per_gpu:10.1f} {100 * p.error:+6.1f}%  "
-              f"mbs={c.mbs} recompute={c.recompute_granularity or 'none'} vpp={c.vpp}")
+              f"mbs={c.mbs} recompute={c.recompute_granularity or 'none'} vpp={c.vpp}"
+              f"{' deepep' if c.use_turbo_deepep else ''}")
     mape, worst = 100 * sum(errors) / len(errors), 100 * max(errors)
     bad = [(a.id, b.id) for a, b in order_pairs(rows)
            if project(a).estimate.tokens_per_s_per_gpu <= project(b).estimate.tokens_per_s_per_gpu]
@@ -119,28 +130,44 @@ def main() -> None:
         report(rows)
         return
     data = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
-    for group, (families, names) in GROUPS.items():
-        members = [r for r in rows if family_of_row(r) in families]
-        values = fit_group(members, families, names)
-        print(group, {k: round(v, 4) for k, v in values.items()}, flush=True)
-        for fam in families:
-            data["families"][fam].update({k: round(v, 4) for k, v in values.items()})
+    for _ in range(ROUNDS):
+        for group, (families, names, held) in GROUPS.items():
+            if group == "amd-origami" and not origami_available():
+                print(group, "skipped: rocm-origami is not installed; origami_eff kept")
+                continue
+            members = [r for r in rows if family_of_row(r) in families]
+            if group == "moe":
+                members = [r for r in members if r.ep > 1]
+            values = fit_group(members, families, names, held)
+            print(group, {k: round(v, 4) for k, v in values.items()}, flush=True)
+            for k, v in values.items():
+                for fam in ([] if k in GLOBAL_FITTED else families):
+                    data["families"][fam][k] = round(v, 4)
+                if k in GLOBAL_FITTED:
+                    data["global"][k] = round(v, 4)
+            _reload(data)
     for fam, src in COPIES.items():
         data["families"][fam] = dict(data["families"][src])
     CALIBRATION_FILE.write_text(_dump(data), encoding="utf-8")
-    constants_for.cache_clear()
-    from oracle.performance import calibration
-    calibration._load.cache_clear()
     report(rows)
+
+
+def _reload(data: dict) -> None:
+    """Make the constants fitted so far the ones later groups and the report see."""
+    CALIBRATION_FILE.write_text(_dump(data), encoding="utf-8")
+    calibration._load.cache_clear()
+    constants_for.cache_clear()
 
 
 def _dump(data: dict) -> str:
     head = ("# Fitted by scripts/fit_calibration.py on ../shared/calibration/throughput.csv and\n"
             "# oracle/performance/extra_throughput.csv. families: fitted per GPU family (cdna3 and cdna4\n"
-            "# fitted together; blackwell has no rows and copies hopper). priors: physical, not fitted.\n")
+            "# fitted together; blackwell has no rows and copies hopper). global: fitted on all MoE rows.\n"
+            "# priors: physical, not fitted.\n")
     fams = "\n".join(f"  {k}: {{{', '.join(f'{n}: {v[n]}' for n in FITTED)}}}" for k, v in data["families"].items())
+    glob = "\n".join(f"  {k}: {v}" for k, v in data["global"].items())
     priors = "\n".join(f"  {k}: {v}" for k, v in data["priors"].items())
-    return f"{head}families:\n{fams}\npriors:\n{priors}\n"
+    return f"{head}families:\n{fams}\nglobal:\n{glob}\npriors:\n{priors}\n"
 
 
 if __name__ == "__main__":

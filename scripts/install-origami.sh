@@ -18,7 +18,8 @@ fi
 # HIP headers and runtime (find_package(hip), and the extension links libamdhip64), ROCm's CMake
 # modules, a C++ compiler, git (Origami's CMake requires it), and Python's headers if missing.
 packages=(rocm-cmake libamdhip64-dev hipcc g++ git)
-if ! "$PYTHON" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+py_include=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+if [ ! -f "$py_include/Python.h" ]; then
   packages+=("python$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev")
 fi
 missing=()

@@ -46,7 +46,8 @@ def test_space_points_are_legal_and_distinct():
     assert len(keys) == len(points)
     assert all(not validate(w.model, w.effective(t), c) for t in points)
     # 8 GPUs, 32 heads / 8 groups: TP in {1,2,4,8}; the baseline layout is in the space
-    assert w.effective().key in keys  # the workload's own layout is one of the points
+    # the workload's own layout (with the always-on fused loss) is one of the points
+    assert w.effective(TrialConfig(cross_entropy_loss_fusion=True)).key in keys
 
 
 def test_sweep_finds_the_brute_force_optimum():

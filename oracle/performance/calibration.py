@@ -1,4 +1,5 @@
-"""Calibration constants: a few fitted numbers per GPU family plus physical priors (calibration.yaml)."""
+"""Calibration constants (calibration.yaml): a few fitted numbers per GPU family, one fitted across
+families (MoE overhead), and physical priors that are not fitted."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import yaml
 from ..specs import GPUSpec
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
-FITTED = ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "layer_overhead_us")
+FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "layer_overhead_us")
+GLOBAL_FITTED = ("moe_overhead_us",)
 # Families without calibration rows borrow the constants of a measured one (stated in the YAML).
 _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
 
@@ -23,10 +25,14 @@ class Constants:
     # fitted per family (scripts/fit_calibration.py)
     gemm_eff: float  # fraction of the BF16/FP16 dense peak a large full-wave GEMM reaches
     fp8_gemm_eff: float  # fraction of the FP8 dense peak a large full-wave FP8 GEMM reaches
+    origami_eff: float  # fraction of Origami's predicted GEMM speed reached in training (AMD only)
     attn_eff: float  # fraction of the BF16 peak flash attention reaches
     tp_exposed: float  # fraction of TP/SP collective time not hidden behind GEMMs
     layer_overhead_us: float  # launches, syncs and small kernels per layer per forward (backward: 2x)
+    # fitted across families (on the MoE rows)
+    moe_overhead_us: float  # host syncs and small kernels per MoE layer per pass; sync-free stages remove it
     # priors (physical, not fitted)
+    gemm_model: str  # "auto": Origami where installed and it knows the GPU, else the roofline; "roofline"
     hbm_eff: float  # fraction of HBM bandwidth memory-bound kernels reach
     link_eff: float  # fraction of a link's bandwidth a large collective reaches (bus bandwidth)
     alpha_intra_us: float  # latency per collective step inside a node
@@ -34,9 +40,10 @@ class Constants:
     a2a_peer_us: float  # per-remote-peer cost of an NCCL all-to-all message across nodes
     deepep_eff: float  # fraction of NIC bandwidth DeepEP's RDMA path reaches (NCCL a2a: link_eff)
     gemm_latency_us: float  # fixed cost of one GEMM kernel
-    moe_sync_us: float  # host-device sync per MoE layer per pass (token counts), removed by sync-free
+    gemm_k_overhead: float  # per-tile prologue/epilogue, in K steps (small-K GEMMs run below peak)
     sync_free_overlap: float  # fraction of EP dispatch/combine hidden per sync-free stage (1..3)
     grad_bucket_params: float  # parameters per gradient bucket (Megatron DDP default 40M)
+    overlap_cost: float  # compute lost per ms of DP/FSDP traffic hidden behind it (SMs/CUs and HBM it takes)
 
 
 @cache
@@ -55,7 +62,9 @@ def constants_for(family: str) -> Constants:
     """Constants of one family (fitted values + the shared priors)."""
     data = _load()
     fam = data["families"][family]
-    return Constants(**{k: float(fam[k]) for k in FITTED}, **{k: float(v) for k, v in data["priors"].items()})
+    priors = {k: v if isinstance(v, str) else float(v) for k, v in data["priors"].items()}
+    return Constants(**{k: float(fam[k]) for k in FITTED}, **{k: float(data["global"][k]) for k in GLOBAL_FITTED},
+                     **priors)
 
 
 def constants(gpu: GPUSpec) -> Constants:

@@ -2,7 +2,8 @@
 
 The built-in backend is a tile/wave-quantisation roofline: the output is cut into tiles, the tiles run
 in waves over the compute units, and a wave costs the tile's FLOPs at a fitted fraction of the dense
-peak; the result is at least the HBM traffic time, plus a fixed kernel latency. Origami (AMD's
+peak, with the K loop lengthened by a fixed per-tile prologue/epilogue (`gemm_k_overhead` steps of
+K); the result is at least the HBM traffic time, plus a fixed kernel latency. Origami (AMD's
 analytic GEMM model) serves the AMD architectures it knows when it is installed.
 """
 
@@ -37,39 +38,53 @@ class RooflineGemm:
         self._units = gpu.num_sms
         self._hbm = gpu.hbm_tb_s * 1e12 * c.hbm_eff
         self._latency_ms = c.gemm_latency_us * 1e-3
+        self._k0 = c.gemm_k_overhead
         self.gemm_ms = lru_cache(maxsize=65536)(self._gemm_ms)
 
     def _gemm_ms(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> float:
         if m <= 0 or n <= 0 or k <= 0 or batch <= 0:
             return 0.0
         rate = self._rate[dtype]
+        k_eff = k + self._k0
         compute = min(
-            ceil(ceil(m / tm) * ceil(n / tn) * batch / self._units) * 2.0 * tm * tn * k / (rate * eff)
+            ceil(ceil(m / tm) * ceil(n / tn) * batch / self._units) * 2.0 * tm * tn * k_eff / (rate * eff)
             for tm, tn, eff in TILES
         )
         traffic = ((m * k + k * n) * _IN_BYTES[dtype] + m * n * _OUT_BYTES) * batch / self._hbm
         return max(compute, traffic) * 1e3 + self._latency_ms
 
 
-class _CachedGemm:
-    """Per-shape cache in front of another backend."""
+class ScaledOrigami:
+    """Origami's kernel time at the fitted fraction of its speed, plus the kernel latency, cached."""
 
-    def __init__(self, inner: GemmBackend, name: str):
-        self.name = name
-        self.gemm_ms = lru_cache(maxsize=65536)(inner.gemm_ms)
+    name = "origami"
+
+    def __init__(self, inner: GemmBackend, c: Constants):
+        self._inner = inner
+        self._scale = 1.0 / c.origami_eff
+        self._latency_ms = c.gemm_latency_us * 1e-3
+        self.gemm_ms = lru_cache(maxsize=65536)(self._gemm_ms)
+
+    def _gemm_ms(self, m: int, n: int, k: int, dtype: str, batch: int = 1) -> float:
+        t = self._inner.gemm_ms(m, n, k, dtype, batch)
+        return t * self._scale + self._latency_ms if t > 0 else 0.0
 
 
-def _origami_for(gpu: GPUSpec) -> GemmBackend | None:
+def _origami_for(gpu: GPUSpec, c: Constants) -> GemmBackend | None:
+    if c.gemm_model != "auto":
+        return None
     try:
         from . import gemm_origami
     except ImportError:
         return None
     if gpu.name not in gemm_origami.ORIGAMI_ARCHS or not gemm_origami.origami_available():
         return None
-    return _CachedGemm(gemm_origami.OrigamiGemm(gpu.name), "origami")
+    return ScaledOrigami(gemm_origami.OrigamiGemm(gpu.name), c)
 
 
 @lru_cache(maxsize=64)
 def gemm_backend(gpu: GPUSpec, c: Constants | None = None) -> GemmBackend:
-    """Origami for the AMD GPUs it models when installed, else the built-in roofline."""
-    return _origami_for(gpu) or RooflineGemm(gpu, c or constants(gpu))
+    """Origami for the AMD GPUs it models when installed (unless the constants ask for the roofline),
+    else the built-in roofline."""
+    c = c or constants(gpu)
+    return _origami_for(gpu, c) or RooflineGemm(gpu, c)

@@ -52,6 +52,7 @@ def _tp_collectives(ctx: Ctx, w: Builder, regions: int) -> None:
 
 
 def _attention(ctx: Ctx, w: Builder) -> None:
+    """Q/K/V (GQA, or MLA's low-rank) projections, rotary, attention core, output projection."""
     a, T, tp = ctx.arch, ctx.tokens, ctx.tp
     dtype = ctx.linear_dtype()
     heads = a.heads / tp
@@ -83,10 +84,10 @@ def _core_attention(ctx: Ctx, heads: float) -> tuple[float, float]:
         lat = ctx.c.gemm_latency_us * 1e-3
         return flops / ctx.attn_rate + lat, FA_BWD * flops / ctx.attn_rate + 2 * lat
     g = ctx.gemm.gemm_ms
-    sq, batch, half = s // cp, max(1, int(b * heads)), HALF
-    fwd = g(sq, s, a.qk_dim, half, batch) + g(sq, a.v_dim, s, half, batch)
-    bwd = (g(sq, a.qk_dim, s, half, batch) + g(s, a.qk_dim, sq, half, batch)
-           + g(s, a.v_dim, sq, half, batch) + g(sq, s, a.v_dim, half, batch))
+    sq, batch = s // cp, max(1, int(b * heads))
+    fwd = g(sq, s, a.qk_dim, HALF, batch) + g(sq, a.v_dim, s, HALF, batch)
+    bwd = (g(sq, a.qk_dim, s, HALF, batch) + g(s, a.qk_dim, sq, HALF, batch)
+           + g(s, a.v_dim, sq, HALF, batch) + g(sq, s, a.v_dim, HALF, batch))
     scores = b * heads * sq * s  # the full s x s matrix is materialised (masked, not skipped)
     drop = 5.0 if a.gpt_style else 0.0  # attention dropout: read + write + 1-byte mask
     return fwd + (4.0 + drop) * scores / ctx.hbm, bwd + (6.0 + drop) * scores / ctx.hbm
@@ -113,6 +114,7 @@ def _norms_residuals(ctx: Ctx, w: Builder) -> None:
 
 
 def _activation(ctx: Ctx, w: Builder, tokens: float, width: float) -> None:
+    """SwiGLU (read gate + up, write) or GeLU (read, write) over `tokens` x `width`."""
     bytes_ = (3 if ctx.arch.gated == 2 else 2) * E_BYTES * tokens * width
     w.add(ELEM, bytes_ / ctx.hbm, 2 * bytes_ / ctx.hbm)
 
@@ -145,31 +147,36 @@ def _experts(ctx: Ctx, w: Builder) -> None:
     if ctx.etp > 1:
         t = 2 * ctx.net.reduce_scatter(rows * a.h * E_BYTES, ctx.etp, 1) * ctx.c.tp_exposed
         w.add(TP, t, t)
-    hidden = max(0.0, 1.0 - ctx.sync_free * ctx.c.sync_free_overlap)
+    exposed = max(0.0, 1.0 - ctx.sync_free * ctx.c.sync_free_overlap)
     if ctx.deepep:
         one = ctx.net.deepep(Tm * a.h * E_BYTES, a.topk, ctx.ep, ctx.etp)
     else:
         one = ctx.net.all_to_all(Tm * a.topk * a.h * E_BYTES, ctx.ep, ctx.etp)
-    a2a = 2 * one * hidden  # dispatch + combine
+    a2a = 2 * one * exposed  # dispatch + combine
     w.add(EP, a2a, a2a)
-    sync = ctx.c.moe_sync_us * 1e-3 * max(0.0, 1.0 - ctx.sync_free / 3)
+    sync = ctx.c.moe_overhead_us * 1e-3 * max(0.0, 1.0 - ctx.sync_free / 3)
     w.add(OVH, sync, sync)
 
 
 def _overhead(ctx: Ctx, w: Builder) -> None:
+    """Launches, syncs and small kernels of one layer (backward: twice the forward's)."""
     o = ctx.c.layer_overhead_us * 1e-3
     w.add(OVH, o, 2 * o)
 
 
 def _fsdp(ctx: Ctx, w: Builder, params: float) -> None:
     """FSDP2: gather the layer's BF16 weights before forward and backward, reduce-scatter FP32 grads;
-    prefetch hides each behind the layer's own compute."""
+    prefetch hides each behind the layer's own compute, at `overlap_cost` of the hidden time."""
     if ctx.fsdp <= 1:
         return
     gather = ctx.net.all_gather(params * 2, ctx.fsdp, ctx.tp)
     scatter = ctx.net.reduce_scatter(params * 4, ctx.fsdp, ctx.tp)
     busy_f, busy_b = sum(w.f), sum(w.b) + sum(w.w)
-    w.add(FSDP, max(0.0, gather - busy_f), max(0.0, gather + scatter - busy_b))
+
+    def exposed(comm: float, busy: float) -> float:
+        return max(0.0, comm - busy) + ctx.c.overlap_cost * min(comm, busy)
+
+    w.add(FSDP, exposed(gather, busy_f), exposed(gather + scatter, busy_b))
 
 
 @lru_cache(maxsize=8192)

@@ -71,36 +71,29 @@ def _zbv(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
     micro-batches are planned and the ones past m dropped."""
     n = max(2 * p - 1, m)
     stage = (r, 2 * p - 1 - r)
-    count = {}
+    count: dict[tuple[int, int], int] = {}
     ops: list[tuple[int, int, int]] = []
 
-    def emit(kind: int, chunk: int) -> None:
-        i = count.get((kind, chunk), 0)
-        count[(kind, chunk)] = i + 1
-        ops.append((kind, stage[chunk], i))
+    def emit(*steps: tuple[int, int]) -> None:
+        for kind, chunk in steps:
+            i = count.get((kind, chunk), 0)
+            count[(kind, chunk)] = i + 1
+            ops.append((kind, stage[chunk], i))
 
-    def c(kind: int, chunk: int) -> int:
+    def done(kind: int, chunk: int) -> int:
         return count.get((kind, chunk), 0)
 
-    for _ in range(2 * (p - r) - 1):
-        emit(F, 0)
-    for _ in range(r):
-        emit(F, 1)
-        emit(F, 0)
-    for _ in range(p - r):
-        emit(F, 1), emit(B, 1), emit(W, 1)
-    while c(F, 1) < c(F, 0) or c(F, 0) < n:
-        if c(F, 0) < n:
-            emit(F, 0)
-        emit(B, 0), emit(W, 0), emit(F, 1), emit(B, 1), emit(W, 1)
-    for _ in range(r):
-        emit(B, 0), emit(B, 1)
-    for _ in range(p - r):
-        emit(B, 0), emit(W, 0)
-    while c(W, 1) < c(B, 1):
-        emit(W, 1)
-    while c(W, 0) < c(B, 0):
-        emit(W, 0)
+    emit(*[(F, 0)] * (2 * (p - r) - 1))
+    emit(*[(F, 1), (F, 0)] * r)
+    emit(*[(F, 1), (B, 1), (W, 1)] * (p - r))
+    while done(F, 1) < done(F, 0) or done(F, 0) < n:
+        if done(F, 0) < n:
+            emit((F, 0))
+        emit((B, 0), (W, 0), (F, 1), (B, 1), (W, 1))
+    emit(*[(B, 0), (B, 1)] * r)
+    emit(*[(B, 0), (W, 0)] * (p - r))
+    emit(*[(W, 1)] * (done(B, 1) - done(W, 1)))
+    emit(*[(W, 0)] * (done(B, 0) - done(W, 0)))
     return [op for op in ops if op[2] < m]
 
 

@@ -9,6 +9,7 @@ that backward and forward could not hide, and its optimizer step. The iteration 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..layout import data_parallel, expert_data_parallel, num_microbatches, stage_layer_counts
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
@@ -18,7 +19,7 @@ from .context import E_BYTES, Ctx
 from .flops import model_flops_per_token
 from .layers import embedding, mtp_module, output_head, transformer_layer
 from .params import layer_params, vocab_params
-from .schedule import SPLIT_BACKWARD, rank_end_times, rank_of, virtual_stages
+from .schedule import rank_end_times, rank_of, virtual_stages
 from .work import COMPONENTS, ZERO, Work, vadd
 
 ADAM_BYTES_PER_PARAM = 34.0  # fp32 grad, master, m, v read; master, m, v written; bf16 copy; grad norm
@@ -35,7 +36,7 @@ class PerfEstimate:
 
 @dataclass(frozen=True)
 class _Chunk:
-    """One virtual stage: its layers and whether it holds the embedding or the output head."""
+    """One virtual stage: its layers, those fully recomputed, and whether it holds embedding / head."""
 
     dense: int
     moe: int
@@ -45,18 +46,20 @@ class _Chunk:
     last: bool
 
 
-def _chunks(model: ModelArch, cfg: EffectiveConfig, V: int) -> list[_Chunk]:
-    pattern = model.moe_layer_pattern
+@lru_cache(maxsize=4096)
+def _chunks(pattern: tuple[int, ...], V: int, even: bool, full: bool, block: int | None) -> tuple[_Chunk, ...]:
+    """Virtual stages of a model with layer types `pattern` (1 = MoE): Megatron's split over PP
+    (the last stage takes the remainder) or an even split over PP·VPP chunks."""
     L = len(pattern)
-    counts = stage_layer_counts(L, V) if cfg.vpp == 1 and cfg.pp_schedule != "zbv" else _even(L, V)
+    counts = () if even else stage_layer_counts(L, V)
+    counts = counts or _even(L, V)  # also where Megatron's split does not exist (PP > layers)
     out, start = [], 0
     for k, n in enumerate(counts):
-        block = pattern[start:start + n]
+        layers = pattern[start:start + n]
         start += n
-        moe = sum(block)
-        rd, rm = _recomputed(cfg, block)
-        out.append(_Chunk(n - moe, moe, rd, rm, k == 0, k == V - 1))
-    return out
+        redo = (layers if block is None else layers[:block]) if full else ()
+        out.append(_Chunk(n - sum(layers), sum(layers), len(redo) - sum(redo), sum(redo), k == 0, k == V - 1))
+    return tuple(out)
 
 
 def _even(layers: int, parts: int) -> tuple[int, ...]:
@@ -65,17 +68,8 @@ def _even(layers: int, parts: int) -> tuple[int, ...]:
     return tuple(q + (1 if i < r else 0) for i in range(parts))
 
 
-def _recomputed(cfg: EffectiveConfig, block: tuple[int, ...]) -> tuple[int, int]:
-    """(dense, MoE) layers of a chunk whose whole forward is recomputed (full recompute)."""
-    if cfg.recompute_granularity != "full":
-        return 0, 0
-    if cfg.recompute_method == "block":
-        block = block[: cfg.recompute_num_layers or 0]
-    moe = sum(block)
-    return len(block) - moe, moe
-
-
 def _ctx(a: Arch, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, dp: int) -> Ctx:
+    """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute)."""
     return Ctx(
         arch=a, mbs=cfg.mbs, seq=cfg.seq_length, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep if a.experts else 1,
         etp=cfg.etp if a.experts else 1, sp=cfg.sequence_parallel and cfg.tp > 1, fp8=cfg.fp8 is not None,
@@ -86,41 +80,42 @@ def _ctx(a: Arch, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, dp: 
     )
 
 
-def _chunk_work(ctx: Ctx, cfg: EffectiveConfig, ch: _Chunk, mtp: int, last_moe: bool) -> tuple[Work, Work]:
-    """(work, recompute work) of one micro-batch through one virtual stage."""
+@dataclass(frozen=True)
+class _Block:
+    """A block's work with its per-pass totals, and the weights it holds (dense-sharded, expert)."""
+
+    work: Work
+    f: float
+    b: float
+    w: float
+    sel: float
+    params: tuple[float, float]
+
+    @classmethod
+    def of(cls, work: Work, params: tuple[float, float]) -> "_Block":
+        return cls(work, sum(work.f), sum(work.b), sum(work.w), sum(work.sel), params)
+
+
+@lru_cache(maxsize=4096)
+def _blocks(ctx: Ctx, mtp: int, last_moe: bool, output_copy: bool) -> tuple[_Block, _Block, _Block, _Block]:
+    """(dense layer, MoE layer, embedding, output head + MTP modules) of one micro-batch on one rank."""
     a = ctx.arch
-    dense_p = sum(layer_params(a, cfg.tp, ctx.ep, ctx.etp, False))
-    moe_p = sum(layer_params(a, cfg.tp, ctx.ep, ctx.etp, True))
-    dense = transformer_layer(ctx, False, dense_p)
-    moe = transformer_layer(ctx, True, moe_p) if ch.moe or (ch.last and mtp and last_moe) else dense
-    work = dense.scaled(ch.dense) + moe.scaled(ch.moe)
-    if ch.first:
-        work = work + embedding(ctx)
-    if ch.last:
-        work = work + output_head(ctx)
-        if mtp:
-            work = work + mtp_module(ctx, last_moe, moe_p if last_moe else dense_p).scaled(mtp)
-    if cfg.recompute_granularity == "selective":
-        rc = Work(f=work.sel)
-    else:
-        rc = Work(f=vadd(vadd(ZERO, dense.f, ch.recompute_dense), moe.f, ch.recompute_moe))
-    return work, rc
+    dense_p = layer_params(a, ctx.tp, ctx.ep, ctx.etp, False)
+    moe_p = layer_params(a, ctx.tp, ctx.ep, ctx.etp, True) if a.experts else dense_p
+    dense = _Block.of(transformer_layer(ctx, False, sum(dense_p)), dense_p)
+    moe = _Block.of(transformer_layer(ctx, True, sum(moe_p)), moe_p) if a.experts else dense
+    vocab = vocab_params(a, ctx.tp)
+    head, head_p = output_head(ctx), (vocab if output_copy else 0.0, 0.0)
+    if mtp:
+        body_p = moe_p if last_moe else dense_p
+        head = head + mtp_module(ctx, last_moe, sum(body_p)).scaled(mtp)
+        head_p = (head_p[0] + mtp * (body_p[0] + 2 * a.h * a.h / ctx.tp), mtp * body_p[1])
+    return dense, moe, _Block.of(embedding(ctx), (vocab, 0.0)), _Block.of(head, head_p)
 
 
-def _params(a: Arch, cfg: EffectiveConfig, ch: _Chunk, ep: int, etp: int, mtp: int, last_moe: bool) -> tuple[float, float]:
-    """(dense-sharded, expert) weights of one virtual stage on one rank."""
-    dd, de = layer_params(a, cfg.tp, ep, etp, False)
-    md, me = layer_params(a, cfg.tp, ep, etp, True)
-    dense = ch.dense * dd + ch.moe * md
-    expert = ch.dense * de + ch.moe * me
-    if ch.first:
-        dense += vocab_params(a, cfg.tp)
-    if ch.last and (a.untied or cfg.pp > 1):
-        dense += vocab_params(a, cfg.tp)
-    if ch.last and mtp:
-        dense += mtp * ((md if last_moe else dd) + 2 * a.h * a.h / cfg.tp)
-        expert += mtp * (me if last_moe else de)
-    return dense, expert
+def _coefficients(ch: _Chunk) -> tuple[int, int, int, int]:
+    """How many of each block (dense layer, MoE layer, embedding, head) a chunk holds."""
+    return ch.dense, ch.moe, int(ch.first), int(ch.last)
 
 
 def _dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float, dp: int, edp: int,
@@ -130,8 +125,9 @@ def _dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: floa
     Gradients (FP32) are reduce-scattered (distributed optimizer) or all-reduced over DP·CP for dense
     weights and expert-DP for expert weights; with overlap_grad_reduce the buckets go out during the
     last micro-batch's backward and only what that backward cannot cover (at least the last bucket)
-    is exposed. The distributed optimizer all-gathers BF16 weights, hidden likewise behind the next
-    forward. FSDP moves weights per layer (in the layer work) and keeps the optimizer sharded."""
+    is exposed; the hidden part still costs `overlap_cost` of its time. The distributed optimizer
+    all-gathers BF16 weights, hidden likewise behind the next forward. FSDP moves weights per layer
+    (in the layer work) and keeps the optimizer sharded."""
     net, c = ctx.net, ctx.c
     dgroup, egroup = dp * cfg.cp, edp
     if cfg.use_torch_fsdp2:
@@ -146,6 +142,7 @@ def _dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: floa
         if cfg.overlap_grad_reduce:
             bucket = min(1.0, c.grad_bucket_params / max(1.0, dense + expert))
             exposed = max(bucket * grads, grads - bwd) + max(bucket * params, params - fwd)
+            exposed += c.overlap_cost * (grads + params - exposed)
         else:
             exposed = grads + params
         shard = dense / dgroup + expert / egroup if distopt else dense + expert
@@ -166,49 +163,62 @@ def _p2p(ctx: Ctx, cfg: EffectiveConfig, world: int, schedule: str, V: int) -> t
 def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None = None) -> PerfEstimate:
     """Projected iteration time, throughput and breakdown of a (legal) layout."""
     world = cluster.world_size
-    c = consts or constants(cluster.gpu)
     a = arch_of(model)
     dp = max(1, data_parallel(cfg, world))
     edp = max(1, expert_data_parallel(cfg, world))
     m = max(1, num_microbatches(cfg, world))
-    ctx = _ctx(a, cfg, cluster, c, dp)
+    ctx = _ctx(a, cfg, cluster, consts or constants(cluster.gpu), dp)
     schedule, p = cfg.pp_schedule, cfg.pp
     v = 2 if schedule == "zbv" else cfg.vpp
     V = virtual_stages(schedule, p, v)
-    last_moe = bool(model.moe_layer_pattern[-1])
-    chunks = _chunks(model, cfg, V)
-    works = [_chunk_work(ctx, cfg, ch, a.mtp_layers, last_moe) for ch in chunks]
-    f = tuple(sum(w.f) for w, _ in works)
-    b = tuple(sum(w.b) + sum(rc.f) for w, rc in works)
-    w_ = tuple(sum(w.w) for w, _ in works)
+    pattern = model.moe_layer_pattern
+    full = cfg.recompute_granularity == "full"
+    block = cfg.recompute_num_layers if full and cfg.recompute_method == "block" else None
+    chunks = _chunks(pattern, V, v > 1, full, block)
+    blocks = _blocks(ctx, a.mtp_layers, bool(pattern[-1]), a.untied or p > 1)
+    selective = cfg.recompute_granularity == "selective"
+    f, b, w = [], [], []
+    for ch in chunks:
+        coef = _coefficients(ch)
+        f.append(sum(k * x.f for k, x in zip(coef, blocks)))
+        b.append(sum(k * (x.b + (x.sel if selective else 0.0)) for k, x in zip(coef, blocks))
+                 + ch.recompute_dense * blocks[0].f + ch.recompute_moe * blocks[1].f)
+        w.append(sum(k * x.w for k, x in zip(coef, blocks)))
     if p == 1:
-        ends = (m * (f[0] + b[0] + w_[0]),)
+        ends = (m * (sum(f) + sum(b) + sum(w)),)
     else:
-        ends = rank_end_times(schedule, p, v, m, f, b, w_, _p2p(ctx, cfg, world, schedule, V))
+        ends = rank_end_times(schedule, p, v, m, tuple(f), tuple(b), tuple(w), _p2p(ctx, cfg, world, schedule, V))
     best = None
-    for r in range(p):
-        mine = [k for k in range(V) if rank_of(schedule, p, k) == r]
-        dense = expert = 0.0
-        for k in mine:
-            d, e = _params(a, cfg, chunks[k], ctx.ep, ctx.etp, a.mtp_layers, last_moe)
-            dense, expert = dense + d, expert + e
-        fwd = sum(f[k] for k in mine)
-        bwd = sum(b[k] + w_[k] for k in mine)
+    for r, mine in enumerate(_rank_chunks(schedule, p, V)):
+        dense = sum(k * x.params[0] for i in mine for k, x in zip(_coefficients(chunks[i]), blocks))
+        expert = sum(k * x.params[1] for i in mine for k, x in zip(_coefficients(chunks[i]), blocks))
+        fwd = sum(f[i] for i in mine)
+        bwd = sum(b[i] + w[i] for i in mine)
         dp_exposed, opt = _dp_and_optimizer(ctx, cfg, dense, expert, dp, edp, fwd, bwd)
         total = ends[r] + dp_exposed + opt
         if best is None or total > best[0]:
-            best = (total, r, mine, dp_exposed, opt, ends[r] - m * (fwd + bwd))
-    iteration, r, mine, dp_exposed, opt, bubble = best
-    breakdown = _breakdown([works[k] for k in mine], m, dp_exposed, opt, bubble)
+            best = (total, mine, dp_exposed, opt, ends[r] - m * (fwd + bwd))
+    iteration, mine, dp_exposed, opt, bubble = best
+    breakdown = _breakdown([chunks[i] for i in mine], blocks, selective, m, dp_exposed, opt, bubble)
     return _estimate(model, cfg, cluster, iteration, breakdown)
 
 
-def _breakdown(works: list[tuple[Work, Work]], m: int, dp_exposed: float, opt: float, bubble: float) -> dict[str, float]:
-    total = ZERO
-    recompute = 0.0
-    for w, rc in works:
-        total = vadd(vadd(vadd(total, w.f), w.b), w.w)
-        recompute += sum(rc.f)
+@lru_cache(maxsize=1024)
+def _rank_chunks(schedule: str, p: int, V: int) -> tuple[tuple[int, ...], ...]:
+    """Virtual stages held by each pipeline rank."""
+    return tuple(tuple(k for k in range(V) if rank_of(schedule, p, k) == r) for r in range(p))
+
+
+def _breakdown(chunks: list[_Chunk], blocks: tuple[_Block, ...], selective: bool, m: int, dp_exposed: float,
+               opt: float, bubble: float) -> dict[str, float]:
+    """Per-iteration ms by component on one rank (compute = gemm + attention + elementwise + overhead)."""
+    total, recompute = ZERO, 0.0
+    for ch in chunks:
+        for k, x in zip(_coefficients(ch), blocks):
+            if k:
+                total = vadd(total, vadd(vadd(x.work.f, x.work.b), x.work.w), k)
+                recompute += k * x.sel if selective else 0.0
+        recompute += ch.recompute_dense * blocks[0].f + ch.recompute_moe * blocks[1].f
     parts = dict(zip(COMPONENTS, (m * x for x in total)))
     compute = parts["gemm"] + parts["attention"] + parts["elementwise"] + parts["overhead"]
     return {
