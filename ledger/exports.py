@@ -99,7 +99,7 @@ def write_plot(path: Path, trials: list[TrialRecord], title: str) -> None:
     ax.set_xlabel("trial")
     ax.set_ylabel("tokens/s/GPU")
     ax.set_title(title)
-    ax.legend(loc="lower right")
+    ax.legend(loc="best")
     fig.tight_layout()
     _atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
     plt.close(fig)

@@ -128,19 +128,21 @@ class Ledger:
 
     # ---- runs --------------------------------------------------------------------------------
     def open_run(self, workload: Workload, cluster: ClusterSpec, *, resume: bool = True) -> RunInfo:
-        """The latest open run for exactly this workload and cluster when `resume`, else a new one."""
+        """When `resume`, the latest run for exactly this workload and cluster that did not fail (a
+        finished one is reopened, so `tune --resume` can add a sweep to it); else a new run."""
         w_json, w_sha = _canonical(workload)
         c_json, c_sha = _canonical(cluster)
         refuse_keys("cluster", c_json)
         with self._write() as conn:
             if resume:
                 row = conn.execute(
-                    "SELECT * FROM runs WHERE workload_sha256 = ? AND cluster_sha256 = ? AND status = 'open' "
+                    "SELECT * FROM runs WHERE workload_sha256 = ? AND cluster_sha256 = ? AND status != 'failed' "
                     "ORDER BY id DESC LIMIT 1",
                     (w_sha, c_sha),
                 ).fetchone()
                 if row is not None:
-                    return _run(row)
+                    conn.execute("UPDATE runs SET status = 'open' WHERE id = ?", (row["id"],))
+                    return _run(self._require_run(conn, row["id"]))
             cur = conn.execute(
                 "INSERT INTO runs (workload_name, workload_json, workload_sha256, cluster_name, cluster_json, "
                 "cluster_sha256, objective, budget_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",

@@ -62,8 +62,8 @@ def _tiers(workload: Workload, cluster: ClusterSpec, base: EffectiveConfig) -> I
                                   etp=tp if base.etp == base.tp else None)
 
 
-def seed_plan(workload: Workload, cluster: ClusterSpec, budget: int) -> list[Candidate]:
-    """Up to `budget` legal, distinct candidates in tier order, each tagged `seed:<tier>`."""
+def seed_plan(workload: Workload, cluster: ClusterSpec, budget: int | None = None) -> list[Candidate]:
+    """Legal, distinct candidates in tier order (at most `budget`), each tagged `seed:<tier>`."""
     base = workload.effective()
     seen: set[str] = set()
     out: list[Candidate] = []
@@ -73,6 +73,6 @@ def seed_plan(workload: Workload, cluster: ClusterSpec, budget: int) -> list[Can
             continue
         seen.add(cfg.key)
         out.append((f"seed:{tier}", trial))
-        if len(out) >= budget:
+        if budget is not None and len(out) >= budget:
             break
     return out

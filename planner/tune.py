@@ -64,22 +64,29 @@ def llm_phase_status(cluster: ClusterSpec, options: TuneOptions) -> str:
 
 def _seed(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, options: TuneOptions,
           note: Callable[[str], None]) -> bool:
-    """Evaluate the seed plan through the ledger (dedupe + budget); True when the budget ran out."""
-    fidelity = "dry" if options.dry_run else "simulate"
+    """Score the seed plan through the ledger (dedupe + budget): a free memory-only check first, then a
+    budgeted simulate call for each candidate that fits. True when the budget ran out."""
     budget = options.seed_budget or cluster.budget.max_perf_calls
-    for origin, trial in seed_plan(workload, cluster, budget):
+    scored = 0
+    for origin, trial in seed_plan(workload, cluster):
+        if scored >= budget:
+            break
         cfg = workload.effective(trial)
-
-        def run(cfg: EffectiveConfig = cfg) -> EvalResult:
-            if options.dry_run:
-                return dry_result(cfg, cluster)
-            return evaluate_config(workload, cluster, cfg, performance=True)
-
+        if options.dry_run:
+            fidelity, run = "dry", (lambda cfg=cfg: dry_result(cfg, cluster))
+        else:
+            memory, _ = ledger.evaluate_once(
+                run_id, cfg, "memory_only", lambda cfg=cfg: evaluate_config(workload, cluster, cfg, performance=False),
+                origin=origin)
+            if not memory.fits:
+                continue
+            fidelity, run = "simulate", (lambda cfg=cfg: evaluate_config(workload, cluster, cfg, performance=True))
         try:
             ledger.evaluate_once(run_id, cfg, fidelity, run, origin=origin)
         except BudgetExhausted as exc:
             note(f"seed plan stopped: {exc}")
             return True
+        scored += 1
     return False
 
 

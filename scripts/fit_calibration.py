@@ -8,7 +8,7 @@ The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four
 roofline constants with the roofline forced, then, with attention fixed, Origami's efficiency with
 Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell has
 no rows and takes hopper's values. Writes oracle/performance/calibration.yaml and prints the
-error table. Usage: .venv/bin/python scripts/fit_calibration.py [--check]
+error table (benchmarks/accuracy.py). Usage: .venv/bin/python scripts/fit_calibration.py [--check]
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.accuracy import report  # noqa: E402
+
 from oracle.catalog import gpu as catalog_gpu  # noqa: E402
 from oracle.performance import calibration  # noqa: E402
 from oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted  # noqa: E402
-from oracle.performance.calibration_rows import Row, load_rows, project  # noqa: E402
+from oracle.performance.calibration_rows import Row, load_rows, order_pairs  # noqa: E402
 from oracle.performance.gemm_origami import origami_available  # noqa: E402
 
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
@@ -64,16 +66,6 @@ def _objective(rows: list[Row], values: dict[str, float], families: tuple[str, .
     return loss
 
 
-def order_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
-    """(faster, slower) pairs of rows with the same model, GPU and source."""
-    out = []
-    for i, a in enumerate(rows):
-        for b in rows[i + 1:]:
-            if (a.model, a.gpu, a.source) == (b.model, b.gpu, b.source) and a.measured != b.measured:
-                out.append((a, b) if a.measured > b.measured else (b, a))
-    return out
-
-
 def _golden(f, lo: float, hi: float, x0: float, iters: int = 12) -> float:
     """Minimise a 1-D function on [lo, hi] by golden-section search (keeps x0 if nothing is better)."""
     g = (math.sqrt(5) - 1) / 2
@@ -104,24 +96,6 @@ def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...]
                 return _objective(rows, {**values, **held, name: x}, families)
             values[name] = _golden(f, *BOUNDS[name], values[name])
     return values
-
-
-def report(rows: list[Row]) -> tuple[float, float]:
-    """Print the error table; return (MAPE %, max |error| %)."""
-    errors = []
-    print(f"{'row':9s} {'measured':>10s} {'projected':>10s} {'error':>7s}  layout")
-    for row in rows:
-        p = project(row)
-        errors.append(abs(p.error))
-        c = p.cfg
-        print(f"{row.id:9s} {row.measured:10.1f} {p.estimate.tokens_per_s_per_gpu:10.1f} {100 * p.error:+6.1f}%  "
-              f"mbs={c.mbs} recompute={c.recompute_granularity or 'none'} vpp={c.vpp}"
-              f"{' deepep' if c.use_turbo_deepep else ''}")
-    mape, worst = 100 * sum(errors) / len(errors), 100 * max(errors)
-    bad = [(a.id, b.id) for a, b in order_pairs(rows)
-           if project(a).estimate.tokens_per_s_per_gpu <= project(b).estimate.tokens_per_s_per_gpu]
-    print(f"mape={mape:.1f}% max_abs_err={worst:.1f}% rows={len(rows)} order_violations={bad or 'none'}")
-    return mape, worst
 
 
 def main() -> None:

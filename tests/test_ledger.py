@@ -184,9 +184,12 @@ def test_open_run_resumes_the_open_run_of_the_same_inputs(tmp_path, workload, cl
         assert fresh.id != first.id
         assert led.open_run(workload, cluster).id == fresh.id  # the latest open one
         led.set_status(fresh.id, "finished")
+        reopened = led.open_run(workload, cluster)  # a finished run is continued, and open again
+        assert reopened.id == fresh.id and reopened.status == "open"
+        led.set_status(fresh.id, "failed")
         led.set_status(first.id, "failed")
         assert led.open_run(workload, cluster).id not in (first.id, fresh.id)
-        assert [r.status for r in led.runs()][:3] == ["failed", "open", "finished"]
+        assert [r.status for r in led.runs()][:3] == ["failed", "open", "failed"]
 
 
 def test_unknown_run_is_a_clear_error(led, workload):

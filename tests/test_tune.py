@@ -38,6 +38,11 @@ def test_seed_only_writes_every_artifact(tmp_path):
         if json.loads(x)["result"]["legal"] and json.loads(x)["result"]["fits"])
     assert "PRIMUS_TP=" in proc.stdout and "bash examples/run_pretrain.sh" in proc.stdout
     assert "LLM phase skipped" in proc.stderr
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
+        # the perf budget goes to candidates that fit; the others stop at the free memory check
+        assert conn.execute("SELECT COUNT(*) FROM trials WHERE fidelity='simulate' AND NOT fits").fetchone()[0] == 0
+        simulated = conn.execute("SELECT COUNT(*) FROM trials WHERE fidelity='simulate'").fetchone()[0]
+        assert 0 < simulated <= 30  # the cluster's max_perf_calls
     assert (tmp_path / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -109,4 +114,5 @@ def test_resume_reuses_trials_without_spending_budget(tmp_path):
     assert _trial_ids(tmp_path / "ledger.sqlite") == first
     with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
         spent = conn.execute("SELECT spent FROM budget_spend WHERE fidelity='simulate'").fetchone()[0]
-    assert spent == len(first) <= c.budget.max_perf_calls
+        simulated = conn.execute("SELECT COUNT(*) FROM trials WHERE fidelity='simulate'").fetchone()[0]
+    assert spent == simulated <= c.budget.max_perf_calls

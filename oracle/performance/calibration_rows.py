@@ -204,3 +204,13 @@ def project(row: Row, consts: Constants | None = None) -> Projection:
         if best is None or est.tokens_per_s_per_gpu > best[1].tokens_per_s_per_gpu:
             best = (cfg, est)
     return Projection(s, *best)
+
+
+def order_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:
+    """(faster, slower) pairs of rows with the same model, GPU and source."""
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if (a.model, a.gpu, a.source) == (b.model, b.gpu, b.source) and a.measured != b.measured:
+                out.append((a, b) if a.measured > b.measured else (b, a))
+    return out
