@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from .layout import data_parallel, expert_data_parallel, num_microbatches, stage_layer_counts
+from .layout import data_parallel, num_microbatches, stage_layer_counts
 from .specs import ClusterSpec, EffectiveConfig, ModelArch, Violation
 
 SCHEDULES = ("1f1b", "interleaved", "zb", "zbv")

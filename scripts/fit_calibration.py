@@ -26,7 +26,7 @@ from benchmarks.accuracy import report  # noqa: E402
 from oracle.catalog import gpu as catalog_gpu  # noqa: E402
 from oracle.performance import calibration  # noqa: E402
 from oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted  # noqa: E402
-from oracle.performance.calibration_rows import Row, load_rows, order_pairs  # noqa: E402
+from oracle.performance.calibration_rows import Row, load_rows, order_pairs, project  # noqa: E402
 from oracle.performance.gemm_origami import origami_available  # noqa: E402
 
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
