@@ -2,35 +2,28 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from .layout import data_parallel
 from .legality import validate
 from .memory import estimate_memory
 from .performance import simulate
 from .specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
-
-
-@lru_cache(maxsize=65536)
-def _config_fields(cfg: EffectiveConfig) -> tuple[dict, str]:
-    return cfg.model_dump(), cfg.key
+from .specs.trusted import trusted
 
 
 def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig, *, performance: bool) -> EvalResult:
     """Legality, then memory, then (when `performance`) the simulated iteration of one layout."""
-    shared, key = _config_fields(cfg)
-    config = dict(shared)
+    config, key = {name: cfg.__dict__[name] for name in EffectiveConfig.model_fields}, cfg.key
     source = "simulate" if performance else "memory_only"
     model = workload.model
     violations = validate(model, cfg, cluster)
     if violations:
-        return EvalResult.model_construct(
+        return trusted(EvalResult, dict(
             legal=False, reason="; ".join(v.message for v in violations), violations=violations, fits=None,
             memory_per_gpu_gb=None, param_optimizer_gb=None, activation_gb=None,
             memory_cap_gb=cluster.memory_cap_gb, iteration_ms=None, tokens_per_s_per_gpu=None,
             tflops_per_gpu=None, mfu=None, derived_dp=data_parallel(cfg, cluster.world_size) or None,
             source=source, breakdown={}, config=config, config_key=key,
-        )
+        ))
     mem = estimate_memory(model, cfg, cluster)
     fits = mem.total_gb <= cluster.memory_cap_gb
     reason = "" if fits else f"needs {mem.total_gb:.1f} GiB per GPU, cap is {cluster.memory_cap_gb:.1f} GiB"
@@ -38,7 +31,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
     perf = simulate(model, cfg, cluster) if performance else None
     if perf is not None:
         breakdown.update({f"time_{k}_ms": v for k, v in perf.breakdown.items()})
-    return EvalResult.model_construct(
+    return trusted(EvalResult, dict(
         legal=True, reason=reason, violations=[], fits=fits,
         memory_per_gpu_gb=mem.total_gb, param_optimizer_gb=mem.param_optimizer_gb,
         activation_gb=mem.activation_gb, memory_cap_gb=cluster.memory_cap_gb,
@@ -48,7 +41,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
         mfu=perf.mfu if perf else None,
         derived_dp=data_parallel(cfg, cluster.world_size), source=source,
         breakdown=breakdown, config=config, config_key=key,
-    )
+    ))
 
 
 def evaluate_memory_only(workload: Workload, cluster: ClusterSpec, trial: TrialConfig | None = None) -> EvalResult:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import json
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
 from .normalize import none_like
 from .training import Fp8Recipe, PipelineSchedule, RecomputeGranularity, RecomputeMethod, TrainingArgs
+from .trusted import trusted
 
 # TrialConfig knob -> the Megatron/Primus training argument it overrides.
 KNOB_TO_ARG: dict[str, str] = {
@@ -68,10 +69,8 @@ class TrialConfig(BaseModel):
 
     def overrides(self) -> dict[str, object]:
         """Training-argument overrides this trial sets, in Megatron names."""
-        out: dict[str, object] = {}
-        for knob, value in self.model_dump(exclude_none=True).items():
-            out[KNOB_TO_ARG[knob]] = None if value == "none" else value
-        return out
+        return {KNOB_TO_ARG[knob]: None if value == "none" else value
+                for knob, value in self.__dict__.items() if value is not None}
 
 
 class EffectiveConfig(BaseModel):
@@ -102,10 +101,11 @@ class EffectiveConfig(BaseModel):
     use_flash_attn: bool
     seq_length: int
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """Canonical hash: equal for every spelling of the same layout."""
-        blob = json.dumps(self.model_dump(), sort_keys=True, separators=(",", ":"))
+        """Canonical hash: equal for every spelling of the same layout (field order is fixed)."""
+        values = self.__dict__
+        blob = repr(tuple([values[name] for name in _EFFECTIVE_FIELDS]))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def as_trial(self) -> TrialConfig:
@@ -116,53 +116,59 @@ class EffectiveConfig(BaseModel):
         return TrialConfig(**data)
 
 
+_EFFECTIVE_FIELDS = tuple(EffectiveConfig.model_fields)
+
+
 def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> EffectiveConfig:
-    """Apply a trial's overrides to the workload's arguments and canonicalise the result."""
-    args = training.model_copy(update=trial.overrides())
-    tp = args.tensor_model_parallel_size
-    vpp = args.virtual_pipeline_model_parallel_size or 1
-    schedule = args.pp_schedule or "1f1b"
+    """Apply a trial's overrides to the workload's arguments and canonicalise the result.
+
+    Both inputs are validated models and every value below comes from them, so the result is built
+    without validating again (this runs for every point of a sweep)."""
+    args = {**training.__dict__, **trial.overrides()}
+    tp = args["tensor_model_parallel_size"]
+    vpp = args["virtual_pipeline_model_parallel_size"] or 1
+    schedule = args["pp_schedule"] or "1f1b"
     if schedule == "1f1b" and vpp > 1:
         schedule = "interleaved"
-    granularity, method, num_layers = _recompute(training, args, trial)
-    return EffectiveConfig(
+    granularity, method, num_layers = _recompute(training.__dict__, args, trial)
+    return trusted(EffectiveConfig, dict(
         tp=tp,
-        pp=args.pipeline_model_parallel_size,
-        ep=args.expert_model_parallel_size if is_moe else 1,
-        cp=args.context_parallel_size,
-        etp=(args.expert_tensor_parallel_size or tp) if is_moe else tp,
+        pp=args["pipeline_model_parallel_size"],
+        ep=args["expert_model_parallel_size"] if is_moe else 1,
+        cp=args["context_parallel_size"],
+        etp=(args["expert_tensor_parallel_size"] or tp) if is_moe else tp,
         vpp=vpp,
-        mbs=args.micro_batch_size,
-        gbs=args.global_batch_size,
+        mbs=args["micro_batch_size"],
+        gbs=args["global_batch_size"],
         pp_schedule=schedule,
         recompute_granularity=granularity,
         recompute_method=method,
         recompute_num_layers=num_layers,
-        fp8=args.fp8,
-        use_distributed_optimizer=args.use_distributed_optimizer,
-        use_torch_fsdp2=args.use_torch_fsdp2,
-        use_turbo_deepep=args.use_turbo_deepep,
-        sync_free_stage=args.turbo_sync_free_moe_stage,
-        overlap_grad_reduce=args.overlap_grad_reduce,
-        cross_entropy_loss_fusion=args.cross_entropy_loss_fusion,
-        sequence_parallel=args.sequence_parallel and tp > 1,
-        use_flash_attn=args.use_flash_attn,
-        seq_length=args.seq_length,
-    )
+        fp8=args["fp8"],
+        use_distributed_optimizer=args["use_distributed_optimizer"],
+        use_torch_fsdp2=args["use_torch_fsdp2"],
+        use_turbo_deepep=args["use_turbo_deepep"],
+        sync_free_stage=args["turbo_sync_free_moe_stage"],
+        overlap_grad_reduce=args["overlap_grad_reduce"],
+        cross_entropy_loss_fusion=args["cross_entropy_loss_fusion"],
+        sequence_parallel=args["sequence_parallel"] and tp > 1,
+        use_flash_attn=args["use_flash_attn"],
+        seq_length=args["seq_length"],
+    ))
 
 
-def _full_recompute(args: TrainingArgs) -> bool:
-    blocks_nothing = args.recompute_method == "block" and args.recompute_num_layers == 0
-    return args.recompute_granularity == "full" and not blocks_nothing
+def _full_recompute(granularity: str | None, method: str | None, num_layers: int | None) -> bool:
+    return granularity == "full" and not (method == "block" and num_layers == 0)
 
 
-def _recompute(base: TrainingArgs, args: TrainingArgs, trial: TrialConfig) -> tuple:
+def _recompute(base: dict, args: dict, trial: TrialConfig) -> tuple:
     """(granularity, method, num_layers), canonical: block recompute of 0 layers is no recompute; a
     trial that switches full recompute on without saying how gets Megatron's defaults (uniform, 1)."""
-    method, num_layers = args.recompute_method, args.recompute_num_layers
-    if trial.recompute_granularity == "full" and not _full_recompute(base):
-        method = trial.recompute_method
-        num_layers = trial.recompute_num_layers
-    if not _full_recompute(args.model_copy(update={"recompute_method": method, "recompute_num_layers": num_layers})):
-        return (args.recompute_granularity if args.recompute_granularity != "full" else None), None, None
+    method, num_layers = args["recompute_method"], args["recompute_num_layers"]
+    if trial.recompute_granularity == "full" and not _full_recompute(
+            base["recompute_granularity"], base["recompute_method"], base["recompute_num_layers"]):
+        method, num_layers = trial.recompute_method, trial.recompute_num_layers
+    granularity = args["recompute_granularity"]
+    if not _full_recompute(granularity, method, num_layers):
+        return (granularity if granularity != "full" else None), None, None
     return "full", method or "uniform", 1 if num_layers is None else num_layers
