@@ -45,6 +45,10 @@ MIGRATIONS: list[tuple[str, ...]] = [
             space_size INTEGER NOT NULL, legal INTEGER NOT NULL, fits INTEGER NOT NULL,
             scored INTEGER NOT NULL, top_k_json TEXT NOT NULL, wall_s REAL NOT NULL, {_CREATED})""",
     ),
+    (  # v2: benchmark mode's per-shape layer measurements, shared by every run in the file
+        f"""CREATE TABLE benchmark_measurements (
+            shape_key TEXT PRIMARY KEY, data_json TEXT NOT NULL, {_CREATED})""",
+    ),
 ]
 
 

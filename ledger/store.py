@@ -319,3 +319,15 @@ class Ledger:
     def sweep_summaries(self, run_id: int) -> list[SweepSummary]:
         rows = self._rows("SELECT * FROM sweep_summaries WHERE run_id = ? ORDER BY id", (run_id,))
         return [_sweep(r) for r in rows]
+
+    # ---- benchmark measurements (per layer shape, not per run) --------------------------------
+    def benchmark_measurement(self, shape_key: str) -> dict[str, Any] | None:
+        """The stored measurement of one layer shape on one device, if any."""
+        rows = self._rows("SELECT data_json FROM benchmark_measurements WHERE shape_key = ?", (shape_key,))
+        return json.loads(rows[0]["data_json"]) if rows else None
+
+    def record_benchmark_measurement(self, shape_key: str, data: dict[str, Any]) -> None:
+        """Store one layer shape's measurement; the first record of a shape wins."""
+        with self._write() as conn:
+            conn.execute("INSERT INTO benchmark_measurements (shape_key, data_json) VALUES (?, ?) "
+                         "ON CONFLICT (shape_key) DO NOTHING", (shape_key, json.dumps(data, sort_keys=True)))

@@ -11,6 +11,8 @@ memory and no time, so their off states are dominated and cannot hold the optimu
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import product
+from math import prod
 
 from oracle.legality import legal_axes, validate
 from oracle.specs import ClusterSpec, TrialConfig, Workload
@@ -78,11 +80,18 @@ def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> boo
 
 def knob_points(layout: dict, fp8s: list[str], moe_ep: bool) -> Iterator[TrialConfig]:
     """Every legal combination of feature knobs on one layout."""
-    for recompute in _recomputes(layout["pp_schedule"]):
-        for fp8 in fp8s:
-            for deepep, sync_free in _moe_backends(moe_ep):
-                for fsdp in (False, True):
-                    yield TrialConfig(**layout, recompute_granularity=recompute, fp8=fp8,
-                                      use_turbo_deepep=deepep, sync_free_stage=sync_free,
-                                      use_torch_fsdp2=fsdp, use_distributed_optimizer=not fsdp,
-                                      cross_entropy_loss_fusion=True, overlap_grad_reduce=True)
+    for recompute, fp8, (deepep, sync_free), fsdp in product(*_knob_axes(layout, fp8s, moe_ep)):
+        yield TrialConfig(**layout, recompute_granularity=recompute, fp8=fp8,
+                          use_turbo_deepep=deepep, sync_free_stage=sync_free,
+                          use_torch_fsdp2=fsdp, use_distributed_optimizer=not fsdp,
+                          cross_entropy_loss_fusion=True, overlap_grad_reduce=True)
+
+
+def knob_count(layout: dict, fp8s: list[str], moe_ep: bool) -> int:
+    """How many points `knob_points` yields, without building them."""
+    return prod(len(axis) for axis in _knob_axes(layout, fp8s, moe_ep))
+
+
+def _knob_axes(layout: dict, fp8s: list[str], moe_ep: bool) -> tuple[tuple, ...]:
+    """The feature-knob axes of one layout: recompute, FP8, MoE backend, FSDP."""
+    return _recomputes(layout["pp_schedule"]), tuple(fp8s), tuple(_moe_backends(moe_ep)), (False, True)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Create .venv with paratune and its test tools, then try to add rocm-origami (AMD's GEMM model).
-# Origami needs Debian's HIP packages (root); without them the built-in GEMM model serves and the
-# Origami tests are skipped with a reason. Set PARATUNE_REQUIRE_ORIGAMI=1 to make that an error (CI).
+# Create .venv with paratune, its test tools and torch (benchmark mode), then add the two tools that
+# come from outside PyPI wheels: rocm-origami (AMD's GEMM model, built with Debian's HIP packages)
+# and the MCP Inspector CLI (npm, with Node 22). Each is optional for a user: without it the built-in
+# GEMM roofline serves / the Inspector test is skipped, with the reason shown. CI sets
+# PARATUNE_REQUIRE_ALL=1 to make a failed optional install an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -9,11 +11,17 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test]"
-if ! PYTHON=.venv/bin/python bash scripts/install-origami.sh; then
-  if [ "${PARATUNE_REQUIRE_ORIGAMI:-0}" = "1" ]; then
-    echo "setup: rocm-origami install failed and PARATUNE_REQUIRE_ORIGAMI=1" >&2
-    exit 1
+.venv/bin/python -m pip install --quiet -e ".[test,benchmark]"
+
+optional() {  # optional NAME SCRIPT: run an install script; fatal only when PARATUNE_REQUIRE_ALL=1
+  if ! PYTHON=.venv/bin/python bash "$2"; then
+    if [ "${PARATUNE_REQUIRE_ALL:-0}" = "1" ]; then
+      echo "setup: $1 install failed and PARATUNE_REQUIRE_ALL=1" >&2
+      exit 1
+    fi
+    echo "setup: $1 not installed; see the README for what that changes" >&2
   fi
-  echo "setup: rocm-origami not installed; the built-in GEMM model will be used" >&2
-fi
+}
+optional rocm-origami scripts/install-origami.sh
+optional "MCP Inspector" scripts/install-inspector.sh
+exit 0

@@ -20,9 +20,10 @@ from .flops import model_flops_per_token
 from .layers import embedding, mtp_module, output_head, transformer_layer
 from .params import layer_params, vocab_params
 from .schedule import rank_end_times, rank_of, virtual_stages
-from .work import COMPONENTS, ZERO, Work, vadd
+from .work import ATTN, COMPONENTS, ELEM, GEMM, OVH, ZERO, Work, vadd
 
 ADAM_BYTES_PER_PARAM = 34.0  # fp32 grad, master, m, v read; master, m, v written; bf16 copy; grad norm
+COMPUTE = (GEMM, ATTN, ELEM, OVH)  # the components of a layer's compute (benchmark mode measures these)
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,15 @@ def _blocks(ctx: Ctx, mtp: int, last_moe: bool, output_copy: bool) -> tuple[_Blo
     return dense, moe, _Block.of(embedding(ctx), (vocab, 0.0)), _Block.of(head, head_p)
 
 
+def _rescaled(block: _Block, fwd: float, bwd: float) -> _Block:
+    """`block` with its compute components scaled: forward (and its recompute) by `fwd`, backward by `bwd`."""
+    def scale(v: tuple[float, ...], k: float) -> tuple[float, ...]:
+        return tuple(x * k if i in COMPUTE else x for i, x in enumerate(v))
+
+    w = block.work
+    return _Block.of(Work(scale(w.f, fwd), scale(w.b, bwd), scale(w.w, bwd), scale(w.sel, fwd)), block.params)
+
+
 def _coefficients(ch: _Chunk) -> tuple[int, int, int, int]:
     """How many of each block (dense layer, MoE layer, embedding, head) a chunk holds."""
     return ch.dense, ch.moe, int(ch.first), int(ch.last)
@@ -131,22 +141,26 @@ def _dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: floa
     net, c = ctx.net, ctx.c
     dgroup, egroup = dp * cfg.cp, edp
     if cfg.use_torch_fsdp2:
-        exposed = 0.0
-        shard = dense / dgroup + expert / egroup
+        return 0.0, _optimizer_ms(ctx, dense, expert, dp, edp, sharded=True)
+    distopt = cfg.use_distributed_optimizer
+    collective = net.reduce_scatter if distopt else net.all_reduce
+    grads = collective(dense * 4, dgroup, cfg.tp) + collective(expert * 4, egroup, ctx.etp * ctx.ep)
+    params = (net.all_gather(dense * 2, dgroup, cfg.tp) + net.all_gather(expert * 2, egroup, ctx.etp * ctx.ep)
+              if distopt else 0.0)
+    if cfg.overlap_grad_reduce:
+        bucket = min(1.0, c.grad_bucket_params / max(1.0, dense + expert))
+        exposed = max(bucket * grads, grads - bwd) + max(bucket * params, params - fwd)
+        exposed += c.overlap_cost * (grads + params - exposed)
     else:
-        distopt = cfg.use_distributed_optimizer
-        collective = net.reduce_scatter if distopt else net.all_reduce
-        grads = collective(dense * 4, dgroup, cfg.tp) + collective(expert * 4, egroup, ctx.etp * ctx.ep)
-        params = (net.all_gather(dense * 2, dgroup, cfg.tp) + net.all_gather(expert * 2, egroup, ctx.etp * ctx.ep)
-                  if distopt else 0.0)
-        if cfg.overlap_grad_reduce:
-            bucket = min(1.0, c.grad_bucket_params / max(1.0, dense + expert))
-            exposed = max(bucket * grads, grads - bwd) + max(bucket * params, params - fwd)
-            exposed += c.overlap_cost * (grads + params - exposed)
-        else:
-            exposed = grads + params
-        shard = dense / dgroup + expert / egroup if distopt else dense + expert
-    return exposed, shard * ADAM_BYTES_PER_PARAM / ctx.hbm
+        exposed = grads + params
+    return exposed, _optimizer_ms(ctx, dense, expert, dp, edp, sharded=distopt)
+
+
+def _optimizer_ms(ctx: Ctx, dense: float, expert: float, dp: int, edp: int, *, sharded: bool) -> float:
+    """Adam step of one rank: its dense weights sharded over DP·CP and expert weights over expert-DP
+    (distributed optimizer, FSDP), or all of them (plain DDP)."""
+    params = dense / (dp * ctx.cp) + expert / edp if sharded else dense + expert
+    return params * ADAM_BYTES_PER_PARAM / ctx.hbm
 
 
 def _p2p(ctx: Ctx, cfg: EffectiveConfig, world: int, schedule: str, V: int) -> tuple[float, ...]:
@@ -160,23 +174,34 @@ def _p2p(ctx: Ctx, cfg: EffectiveConfig, world: int, schedule: str, V: int) -> t
     return tuple(out)
 
 
-def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None = None) -> PerfEstimate:
-    """Projected iteration time, throughput and breakdown of a (legal) layout."""
-    world = cluster.world_size
-    a = arch_of(model)
-    dp = max(1, data_parallel(cfg, world))
-    edp = max(1, expert_data_parallel(cfg, world))
-    m = max(1, num_microbatches(cfg, world))
-    ctx = _ctx(a, cfg, cluster, consts or constants(cluster.gpu), dp)
-    schedule, p = cfg.pp_schedule, cfg.pp
-    v = 2 if schedule == "zbv" else cfg.vpp
-    V = virtual_stages(schedule, p, v)
-    pattern = model.moe_layer_pattern
-    full = cfg.recompute_granularity == "full"
-    block = cfg.recompute_num_layers if full and cfg.recompute_method == "block" else None
-    chunks = _chunks(pattern, V, v > 1, full, block)
-    blocks = _blocks(ctx, a.mtp_layers, bool(pattern[-1]), a.untied or p > 1)
-    selective = cfg.recompute_granularity == "selective"
+@dataclass(frozen=True)
+class _Pipeline:
+    """A layout's data-parallel sizes, micro-batches and pipeline shape (v chunks per rank, V stages)."""
+
+    dp: int
+    edp: int
+    m: int
+    schedule: str
+    p: int
+    v: int
+    V: int
+
+    @classmethod
+    def of(cls, cfg: EffectiveConfig, world: int) -> "_Pipeline":
+        schedule, p = cfg.pp_schedule, cfg.pp
+        v = 2 if schedule == "zbv" else cfg.vpp
+        return cls(max(1, data_parallel(cfg, world)), max(1, expert_data_parallel(cfg, world)),
+                   max(1, num_microbatches(cfg, world)), schedule, p, v, virtual_stages(schedule, p, v))
+
+
+def _layout_blocks(model: ModelArch, ctx: Ctx, p: int) -> tuple[_Block, _Block, _Block, _Block]:
+    """`_blocks` of this model's layers, MTP modules and head at this PP."""
+    return _blocks(ctx, ctx.arch.mtp_layers, bool(model.moe_layer_pattern[-1]), ctx.arch.untied or p > 1)
+
+
+def _stage_times(chunks: tuple[_Chunk, ...], blocks: tuple[_Block, ...],
+                 selective: bool) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch."""
     f, b, w = [], [], []
     for ch in chunks:
         coef = _coefficients(ch)
@@ -184,17 +209,44 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
         b.append(sum(k * (x.b + (x.sel if selective else 0.0)) for k, x in zip(coef, blocks))
                  + ch.recompute_dense * blocks[0].f + ch.recompute_moe * blocks[1].f)
         w.append(sum(k * x.w for k, x in zip(coef, blocks)))
-    if p == 1:
-        ends = (m * (sum(f) + sum(b) + sum(w)),)
-    else:
-        ends = rank_end_times(schedule, p, v, m, tuple(f), tuple(b), tuple(w), _p2p(ctx, cfg, world, schedule, V))
+    return tuple(f), tuple(b), tuple(w)
+
+
+def _pipeline_ends(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: _Pipeline, m: int, f: tuple[float, ...],
+                   b: tuple[float, ...], w: tuple[float, ...]) -> tuple[float, ...]:
+    """When each pipeline rank finishes `m` micro-batches (ms): the schedule simulation, or plain
+    back-to-back work without PP."""
+    if pl.p == 1:
+        return (m * (sum(f) + sum(b) + sum(w)),)
+    return rank_end_times(pl.schedule, pl.p, pl.v, m, f, b, w, _p2p(ctx, cfg, world, pl.schedule, pl.V))
+
+
+def _rank_params(chunks: tuple[_Chunk, ...], blocks: tuple[_Block, ...], mine: tuple[int, ...]) -> tuple[float, float]:
+    """(dense-sharded, expert) weights held by the rank that runs virtual stages `mine`."""
+    dense = sum(k * x.params[0] for i in mine for k, x in zip(_coefficients(chunks[i]), blocks))
+    expert = sum(k * x.params[1] for i in mine for k, x in zip(_coefficients(chunks[i]), blocks))
+    return dense, expert
+
+
+def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None = None) -> PerfEstimate:
+    """Projected iteration time, throughput and breakdown of a (legal) layout."""
+    world = cluster.world_size
+    pl = _Pipeline.of(cfg, world)
+    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp)
+    full = cfg.recompute_granularity == "full"
+    block = cfg.recompute_num_layers if full and cfg.recompute_method == "block" else None
+    chunks = _chunks(model.moe_layer_pattern, pl.V, pl.v > 1, full, block)
+    blocks = _layout_blocks(model, ctx, pl.p)
+    selective = cfg.recompute_granularity == "selective"
+    f, b, w = _stage_times(chunks, blocks, selective)
+    m = pl.m
+    ends = _pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
     best = None
-    for r, mine in enumerate(_rank_chunks(schedule, p, V)):
-        dense = sum(k * x.params[0] for i in mine for k, x in zip(_coefficients(chunks[i]), blocks))
-        expert = sum(k * x.params[1] for i in mine for k, x in zip(_coefficients(chunks[i]), blocks))
+    for r, mine in enumerate(_rank_chunks(pl.schedule, pl.p, pl.V)):
+        dense, expert = _rank_params(chunks, blocks, mine)
         fwd = sum(f[i] for i in mine)
         bwd = sum(b[i] + w[i] for i in mine)
-        dp_exposed, opt = _dp_and_optimizer(ctx, cfg, dense, expert, dp, edp, fwd, bwd)
+        dp_exposed, opt = _dp_and_optimizer(ctx, cfg, dense, expert, pl.dp, pl.edp, fwd, bwd)
         total = ends[r] + dp_exposed + opt
         if best is None or total > best[0]:
             best = (total, mine, dp_exposed, opt, ends[r] - m * (fwd + bwd))
@@ -231,8 +283,11 @@ def _breakdown(chunks: list[_Chunk], blocks: tuple[_Block, ...], selective: bool
 
 def _estimate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, iteration_ms: float,
               breakdown: dict[str, float]) -> PerfEstimate:
-    world = cluster.world_size
-    seconds = max(iteration_ms, 1e-9) / 1e3
-    tokens = cfg.gbs * cfg.seq_length / seconds / world
+    tokens = tokens_per_s_per_gpu(cfg, cluster.world_size, iteration_ms)
     tflops = tokens * model_flops_per_token(model, cfg.seq_length) / 1e12
     return PerfEstimate(iteration_ms, tokens, tflops, tflops / cluster.gpu.peak_tflops(cfg.fp8 is not None), breakdown)
+
+
+def tokens_per_s_per_gpu(cfg: EffectiveConfig, world: int, iteration_ms: float) -> float:
+    """GBS·seq / iteration / world."""
+    return cfg.gbs * cfg.seq_length / (max(iteration_ms, 1e-9) / 1e3) / world

@@ -8,7 +8,7 @@ import sys
 
 from oracle.errors import InputError
 
-from . import project, tune
+from . import project, serve, tune
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True)
     project.register(verbs)
     tune.register(verbs)
+    serve.register(verbs)
     return parser
 
 

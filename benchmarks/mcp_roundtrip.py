@@ -1,0 +1,83 @@
+"""MCP round trip: wall time of `evaluate_simulate` over stdio, client to `paratune serve` and back.
+
+Starts `paratune serve` as a subprocess with a fresh ledger, opens a run of the Llama 3 8B example on a
+copy of its cluster whose budget allows every call (max_perf_calls 1000), then calls evaluate_simulate
+with a distinct legal layout each time, so every call is a new trial: oracle, ledger write and
+transport included. Warm-up calls are not counted. Last line: `p50_ms=X p95_ms=Y` (target p50 <= 10).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import yaml
+from mcp import Client, StdioServerParameters
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from oracle.inputs import load_cluster, load_workload  # noqa: E402
+from planner.space import enumerate_space  # noqa: E402
+
+WORKLOAD = ROOT / "examples" / "workloads" / "llama3-8b-mi300x.yaml"
+CLUSTER = ROOT / "examples" / "clusters" / "mi300x-1n.yaml"
+
+
+def inputs(tmp: Path) -> tuple[Path, Path]:
+    """The example workload and a copy of its cluster with budget for every call, under `tmp`."""
+    cluster = yaml.safe_load(CLUSTER.read_text())
+    cluster["optimization"]["budget"]["max_perf_calls"] = 1000
+    (tmp / "cluster.yaml").write_text(yaml.safe_dump(cluster))
+    shutil.copy(WORKLOAD, tmp / "workload.yaml")
+    return tmp / "workload.yaml", tmp / "cluster.yaml"
+
+
+def layouts(n: int) -> list[dict]:
+    """`n` distinct legal layouts as TrialConfig objects (JSON)."""
+    space = enumerate_space(load_workload(WORKLOAD), load_cluster(CLUSTER))
+    return [t.model_dump(exclude_none=True) for _, t in zip(range(n), space)]
+
+
+async def measure(calls: int, warmup: int) -> list[float]:
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        workload, cluster = inputs(tmp)
+        params = StdioServerParameters(
+            command=str(Path(sys.executable).parent / "paratune"),
+            args=["serve", "--ledger", str(tmp / "ledger.sqlite"), "--allow-root", str(tmp)])
+        configs = layouts(warmup + calls)
+        times: list[float] = []
+        async with Client(params) as client:
+            opened = await client.call_tool("open_run", {"workload": str(workload), "cluster": str(cluster)})
+            assert not opened.is_error, opened.content
+            for i, config in enumerate(configs):
+                start = time.perf_counter()
+                result = await client.call_tool("evaluate_simulate", {"config": config, "origin": "bench"})
+                elapsed = time.perf_counter() - start
+                assert not result.is_error and not result.structured_content["cached"], result.content
+                if i >= warmup:
+                    times.append(elapsed * 1e3)
+        return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=10)
+    args = parser.parse_args()
+    times = anyio.run(measure, args.calls, args.warmup)
+    q = statistics.quantiles(times, n=20)
+    print(f"{len(times)} new-config evaluate_simulate calls over stdio: min {min(times):.2f} ms, "
+          f"mean {statistics.fmean(times):.2f} ms, max {max(times):.2f} ms")
+    print(f"p50_ms={statistics.median(times):.2f} p95_ms={q[18]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""`iteration_bound`: a lower bound on `simulate`'s iteration time of one parallel layout under every
+legal setting of its feature knobs (FP8, recompute, MoE backend and sync-free stages, DP sharding), so
+a search can skip a layout whose bound already loses without simulating any of its points.
+
+It takes simulate's own steps on the fastest version of each piece, and no step can raise it:
+- Blocks: FSDP only adds its traffic and sync-free stages only take time away (layers.py), so they are
+  set off and all on; each block's F, B and W is the least over FP8 and DeepEP on and off; recompute,
+  which only adds backward work, is left out. Stage times are sums of these.
+- Pipeline ends: up to 3p micro-batches (p = PP) they come from the exact timeline (an op starts when
+  its rank is free and its dependency has arrived), which cannot end earlier when an op gets longer.
+  Beyond, simulate extrapolates lo + k·(hi - lo) = hi + (k-1)·(hi - lo) from the runs of 2p (lo)
+  and 3p (hi) micro-batches, k = (m - 2p)/p > 1. Every op of the 2p order appears in the 3p order in
+  the same per-rank order (a W may stand for any W of its stage: nothing waits on a weight-grad), so
+  it finishes in hi no earlier than in lo, and the rank still runs the ops that follow its last one:
+  hi - lo >= their time (the tail). Hence ends >= hi + (k-1)·tail, both taken on the fastest blocks.
+- Per rank, the exposed DP traffic (>= 0) is left out and the optimizer step taken sharded (its least).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from itertools import product
+
+from ..legality import MAX_SYNC_FREE_STAGE
+from ..specs import ClusterSpec, EffectiveConfig, ModelArch
+from .arch import arch_of
+from .calibration import Constants, constants
+from .context import Ctx
+from .schedule import SPLIT_BACKWARD, W, rank_orders, virtual_stages
+from .simulate import (
+    _Block,
+    _chunks,
+    _ctx,
+    _layout_blocks,
+    _optimizer_ms,
+    _Pipeline,
+    _pipeline_ends,
+    _rank_chunks,
+    _rank_params,
+    _stage_times,
+)
+from .work import Work
+
+ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
+
+
+def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec,
+                    consts: Constants | None = None) -> float:
+    """A lower bound on `simulate(model, c, cluster, consts).iteration_ms` for every legal `c` that differs
+    from `cfg` only in FP8, recompute, MoE backend, sync-free stages or DP sharding."""
+    world = cluster.world_size
+    pl = _Pipeline.of(cfg, world)
+    moe_ep = model.is_moe and cfg.ep > 1
+    knobs = {"fp8": None, "use_turbo_deepep": False, "use_torch_fsdp2": False,
+             "sync_free_stage": MAX_SYNC_FREE_STAGE if moe_ep else 0}
+    ctx = _ctx(arch_of(model), cfg.model_copy(update=knobs), cluster, consts or constants(cluster.gpu), pl.dp)
+    chunks = _chunks(model.moe_layer_pattern, pl.V, pl.v > 1, False, None)
+    blocks = _fastest_blocks(model, ctx, pl.p)
+    f, b, w = _stage_times(chunks, blocks, False)
+    ends = _ends_bound(ctx, cfg, world, pl, f, b, w)
+    return (1 - ROUNDING) * max(
+        end + _optimizer_ms(ctx, *_rank_params(chunks, blocks, mine), pl.dp, pl.edp, sharded=True)
+        for end, mine in zip(ends, _rank_chunks(pl.schedule, pl.p, pl.V))
+    )
+
+
+@lru_cache(maxsize=4096)
+def _fastest_blocks(model: ModelArch, ctx: Ctx, p: int) -> tuple[_Block, ...]:
+    """Per block, the least F, B and W over FP8 and DeepEP on and off (where legal) in context `ctx`."""
+    fp8s = (False, True) if ctx.gpu.has_fp8 else (False,)
+    deepeps = (False, True) if ctx.ep > 1 else (False,)
+    variants = [_layout_blocks(model, replace(ctx, fp8=fp8, deepep=deepep), p) for fp8, deepep in product(fp8s, deepeps)]
+    return tuple(_fastest(versions) for versions in zip(*variants))
+
+
+def _fastest(versions: tuple[_Block, ...]) -> _Block:
+    """The least F, B and W of one block over its versions (their weights are the same); no recompute."""
+    return _Block(Work(), min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions),
+                  0.0, versions[0].params)
+
+
+def _ends_bound(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: _Pipeline, f: tuple[float, ...],
+                b: tuple[float, ...], w: tuple[float, ...]) -> tuple[float, ...]:
+    """Per rank, a lower bound on simulate's pipeline end that only grows with f, b and w."""
+    p, m = pl.p, pl.m
+    if p == 1 or m <= 3 * p:
+        return _pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
+    tails = _tails(pl.schedule, p, pl.v)
+    if tails is None:  # no embedding of the 2p order: no bound
+        return (0.0,) * p
+    hi = _pipeline_ends(ctx, cfg, world, pl, 3 * p, f, b, w)
+    folded = b if pl.schedule in SPLIT_BACKWARD else tuple(x + y for x, y in zip(b, w))  # B runs W there
+    durations = f + folded + w
+    k = (m - 2 * p) / p
+    return tuple(end + (k - 1) * sum(n * d for n, d in zip(counts, durations)) for end, counts in zip(hi, tails))
+
+
+@lru_cache(maxsize=1024)
+def _tails(schedule: str, p: int, v: int) -> tuple[tuple[int, ...], ...] | None:
+    """Per rank, how many ops of each duration index (kind·V + stage) the 3p-micro-batch order issues
+    after it has issued every op of the 2p order, in order; None where the 2p order does not embed."""
+    V = virtual_stages(schedule, p, v)
+    out = []
+    for short, long in zip(rank_orders(schedule, p, v, 2 * p), rank_orders(schedule, p, v, 3 * p)):
+        rest = iter(long)
+        if not all(any(_stands_for(op, other) for other in rest) for op in short):
+            return None
+        counts = [0] * (3 * V)
+        for kind, vs, _ in rest:
+            counts[kind * V + vs] += 1
+        out.append(tuple(counts))
+    return tuple(out)
+
+
+def _stands_for(op: tuple[int, int, int], other: tuple[int, int, int]) -> bool:
+    """`other` may take `op`'s place: the same op, or a weight-grad of the same stage."""
+    return other == op or (op[0] == other[0] == W and op[1] == other[1])

@@ -1,0 +1,52 @@
+"""`paratune serve`: the MCP server (tool belt, resources, prompt) over stdio or streamable HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from oracle.errors import InputError
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    p = verbs.add_parser("serve", help="MCP server: the oracle as a tool belt over stdio or streamable HTTP")
+    p.add_argument("--workload", help="workload YAML: with --target-cluster, opens (or resumes) a default run")
+    p.add_argument("--target-cluster", help="target cluster YAML (with --workload)")
+    p.add_argument("--ledger", default="paratune-ledger.sqlite", help="ledger file (default: %(default)s)")
+    p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: %(default)s")
+    p.add_argument("--host", default="127.0.0.1", help="HTTP address (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8765, help="HTTP port (default: %(default)s)")
+    p.add_argument("--allow-root", action="append", metavar="DIR",
+                   help="folder tools may read and write under (repeatable; default: the current directory)")
+    p.add_argument("--token", default=os.environ.get("PARATUNE_MCP_TOKEN"),
+                   help="HTTP bearer token (default: env PARATUNE_MCP_TOKEN); required off loopback")
+    p.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="stderr log level (default: %(default)s)")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from server.bind import check_bind
+
+    if bool(args.workload) != bool(args.target_cluster):
+        raise InputError("give both --workload and --target-cluster, or neither (then open_run creates a run)")
+    if args.transport == "http":
+        check_bind(args.host, args.token)
+    from ledger import Ledger  # the server's imports (the MCP SDK) load only once the arguments are sound
+    from server.app import build_server
+    from server.paths import AllowedRoots
+    from server.session import Session
+    from server.transport import serve_http, serve_stdio
+
+    roots = AllowedRoots(args.allow_root or [Path.cwd()])
+    with Ledger(args.ledger) as ledger:
+        session = Session(ledger, roots)
+        if args.workload:
+            session.open_run(Path(args.workload), Path(args.target_cluster))
+        server = build_server(session, log_level=args.log_level)
+        if args.transport == "stdio":
+            serve_stdio(server)
+        else:
+            serve_http(server, host=args.host, port=args.port, token=args.token, log_level=args.log_level)
+    return 0

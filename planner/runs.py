@@ -1,0 +1,117 @@
+"""Ledger-backed steps of a tuning run, shared by `paratune tune` and the MCP server.
+
+Scoring one layout at a fidelity (dedupe + budget), the seed plan through the ledger, recording a
+sweep, and writing a run's artifacts with its winner as env exports and a launch command.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ledger import exports
+from ledger.models import Fidelity, TrialRecord
+from ledger.store import BudgetExhausted, Ledger
+from oracle.benchmark import evaluate_with_benchmark
+from oracle.benchmark.cache import LedgerCache
+from oracle.evaluate import evaluate_config
+from oracle.legality import validate
+from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
+
+from .dry import dry_result
+from .launch import env_exports, launch_command
+from .seed_plan import seed_plan
+from .sweep import SweepResult
+
+Scorer = Callable[[Ledger, Workload, ClusterSpec, EffectiveConfig], EvalResult]
+
+# How each fidelity is evaluated; benchmark measurements are cached per shape in the run's ledger.
+SCORERS: dict[str, Scorer] = {
+    "dry": lambda ledger, workload, cluster, cfg: dry_result(cfg, cluster),
+    "memory_only": lambda ledger, workload, cluster, cfg: evaluate_config(workload, cluster, cfg, performance=False),
+    "simulate": lambda ledger, workload, cluster, cfg: evaluate_config(workload, cluster, cfg, performance=True),
+    "benchmark": lambda ledger, workload, cluster, cfg: evaluate_with_benchmark(
+        workload, cluster, cfg, cache=LedgerCache(ledger)),
+}
+
+
+def configured_llm(cluster: ClusterSpec) -> str | None:
+    """The LLM a run may use: env LLM_MODEL, else the cluster's agent.llm.model."""
+    return os.environ.get("LLM_MODEL") or cluster.llm_model
+
+
+def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig,
+          fidelity: Fidelity, *, origin: str) -> tuple[TrialRecord, bool]:
+    """(trial, cached) of one layout at one fidelity through the ledger's dedupe and budget; an
+    illegal layout is recorded with its violations without spending budget."""
+    scorer = SCORERS[fidelity]
+    if fidelity != "dry" and validate(workload.model, cfg, cluster):
+        hit = ledger.lookup(run_id, cfg.key, fidelity)
+        if hit is not None:
+            return hit, True
+        result = scorer(ledger, workload, cluster, cfg)
+        return ledger.record_trial(run_id, cfg, result, fidelity=fidelity, wall_ms=0.0, origin=origin), False
+    return ledger.evaluate_once(run_id, cfg, fidelity, lambda: scorer(ledger, workload, cluster, cfg), origin=origin)
+
+
+def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, *, budget: int,
+                    dry_run: bool = False, note: Callable[[str], None] = print,
+                    progress: Callable[[int, int], None] | None = None) -> bool:
+    """Score the seed plan through the ledger: a free memory-only check first, then a budgeted
+    simulate call for each candidate that fits (`dry` instead when `dry_run`). True when the budget ran
+    out. `progress(done, total)` follows the candidates."""
+    plan = seed_plan(workload, cluster)
+    fidelity: Fidelity = "dry" if dry_run else "simulate"
+    scored = 0
+    for done, (origin, trial) in enumerate(plan, 1):
+        if scored >= budget:
+            break
+        cfg = workload.effective(trial)
+        if dry_run or score(ledger, run_id, workload, cluster, cfg, "memory_only", origin=origin)[0].fits:
+            try:
+                score(ledger, run_id, workload, cluster, cfg, fidelity, origin=origin)
+            except BudgetExhausted as exc:
+                note(f"seed plan stopped: {exc}")
+                return True
+            scored += 1
+        if progress:
+            progress(done, len(plan))
+    return False
+
+
+def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
+    """Store a sweep's top-k as trials (no budget: the sweep is the reference) and its summary."""
+    for r in result.top:
+        ledger.record_trial(run_id, EffectiveConfig(**r.config), r, fidelity="simulate", wall_ms=0.0, origin="sweep")
+    ledger.record_sweep_summary(
+        run_id, space_size=result.space_size, legal=result.space_size, fits=result.fits, scored=result.fits,
+        top_k=[{"config_key": r.config_key, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu} for r in result.top],
+        wall_s=result.wall_s,
+    )
+
+
+def how_to_run(best: TrialRecord | None, workload_file: str) -> tuple[list[str], str | None]:
+    """(env exports, launch command) of a run's winner; empty when there is none."""
+    if best is None:
+        return [], None
+    cfg = EffectiveConfig(**best.config)
+    return env_exports(cfg), launch_command(cfg, workload_file)
+
+
+def write_artifacts(out_dir: Path, workload: Workload, cluster: ClusterSpec, trials: list[TrialRecord],
+                    summary: dict[str, Any], exports_lines: list[str], command: str | None) -> list[str]:
+    """trials.jsonl, summary.json, trials/*.yaml, trials.png and (with a winner) winner.env and
+    launch.sh in `out_dir`; returns the names written."""
+    exports.write_trials_jsonl(out_dir / "trials.jsonl", trials)
+    exports.write_summary(out_dir / "summary.json", summary)
+    exports.write_overlays(out_dir / "trials", workload, trials)
+    exports.write_plot(out_dir / "trials.png", trials, f"{workload.name} on {cluster.name}")
+    written = ["trials.jsonl", "summary.json", "trials/", "trials.png"]
+    if command:
+        exports.write_text(out_dir / "winner.env", "\n".join(exports_lines) + "\n")
+        exports.write_text(out_dir / "launch.sh", "#!/usr/bin/env bash\n" + "\n".join(exports_lines)
+                           + "\n" + command + "\n")
+        written += ["winner.env", "launch.sh"]
+    return written

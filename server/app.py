@@ -1,0 +1,85 @@
+"""Build the MCP server over one session: strict typed tools, one-line error results, resources, prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.tools import Tool
+from pydantic import ConfigDict, ValidationError
+
+from ledger import BudgetExhausted
+from oracle.benchmark import BenchmarkUnavailable
+from oracle.errors import InputError
+from oracle.inputs.yaml_io import build
+
+from . import prompts, resources, tools_eval, tools_info, tools_run
+from .descriptions import INSTRUCTIONS, TOOLS
+from .session import Session
+
+
+def _strict(fn: Callable) -> Tool:
+    """A tool whose unknown arguments are refused (the SDK would drop them) and whose schema says so."""
+    tool = Tool.from_function(fn, description=TOOLS[fn.__name__])
+    loose = tool.fn_metadata.arg_model
+    strict = type(loose.__name__, (loose,), {"__module__": loose.__module__,
+                                              "model_config": ConfigDict(**loose.model_config, extra="forbid")})
+    tool.fn_metadata.arg_model = strict
+    tool.parameters = strict.model_json_schema(by_alias=True)
+    return tool
+
+
+def _arguments_error(tool: Tool, arguments: dict[str, Any], exc: ValidationError) -> str:
+    """The first bad argument as `key: message`, in the words the input files use."""
+    try:
+        build(tool.fn_metadata.arg_model, tool.fn_metadata.pre_parse_json(arguments), file=None)
+    except InputError as err:
+        return str(err)
+    return exc.errors()[0]["msg"]
+
+
+class ParatuneServer(MCPServer):
+    """An MCPServer whose failed tool calls answer with one line naming the tool and the bad key."""
+
+    def __init__(self, tools: list[Tool], **kwargs: Any):
+        self._tools = {t.name: t for t in tools}
+        super().__init__(tools=tools, **kwargs)
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        try:
+            return await self._call(name, arguments, context)
+        except ToolError as exc:
+            one_line = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+            raise type(exc)(one_line) from exc.__cause__
+
+    async def _call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
+        tool = self._tools.get(name)
+        if tool is None:
+            raise ToolError(f"unknown tool {name!r}; the tools are: {', '.join(sorted(self._tools))}")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError):
+                raise ToolError(f"{name}: {_arguments_error(tool, arguments, cause)}") from None
+            if isinstance(cause, BudgetExhausted):
+                raise ToolError(f"{name}: {cause}; layouts already evaluated still answer from the ledger and "
+                                "evaluate_memory_only is free") from None
+            if isinstance(cause, ToolError | InputError | BenchmarkUnavailable):
+                raise ToolError(f"{name}: {cause}") from None
+            if isinstance(exc, UnexpectedToolError):
+                raise UnexpectedToolError(f"{name}: internal error ({type(cause).__name__}); the server is still "
+                                          "running and its log has the details") from cause
+            raise
+
+
+def build_server(session: Session, *, log_level: str = "WARNING") -> ParatuneServer:
+    """The paratune MCP server acting on `session`."""
+    fns = tools_eval.tools(session) + tools_info.tools(session) + tools_run.tools(session)
+    server = ParatuneServer([_strict(fn) for fn in fns], name="paratune", instructions=INSTRUCTIONS,
+                            log_level=log_level)
+    resources.register(server, session)
+    prompts.register(server)
+    return server

@@ -1,0 +1,114 @@
+"""What the assistant reads: the server's instructions and each tool's description."""
+
+INSTRUCTIONS = """\
+paratune projects per-GPU memory and training throughput (tokens/s/GPU) of Megatron-style LLM
+training layouts (TP, PP, EP, CP, VPP, micro-batch, recompute, FP8, pipeline schedule, optimizer
+sharding, MoE backend) on a target cluster, and records every trial in a ledger.
+A session: open_run (unless the server already has one) -> get_architecture, get_cluster,
+get_legal_axes -> run_seed_plan -> propose cross-axis configs, check them with
+evaluate_memory_only (free) and score them with evaluate_simulate (budgeted) -> keep notes with
+note_to_scratchpad -> export_best. A config is an object of knobs; an absent knob keeps the
+workload's own value. Identical layouts are answered from the ledger without spending budget."""
+
+_CONFIG = ("`config` is an object of TrialConfig knobs (tp, pp, ep, cp, etp, vpp, mbs, gbs, pp_schedule, "
+           "recompute_granularity, recompute_method, recompute_num_layers, fp8, use_distributed_optimizer, "
+           "use_torch_fsdp2, use_turbo_deepep, sync_free_stage, overlap_grad_reduce, cross_entropy_loss_fusion); "
+           "absent knobs keep the workload's values, {} is the baseline.")
+
+_ILLEGAL = ("An illegal layout is not an error: it comes back with legal=false and every violated rule "
+            "(stable codes), is recorded, and spends no budget.")
+
+TOOLS: dict[str, str] = {
+    "evaluate_memory_only": (
+        "Legality and projected per-GPU memory (GiB, most-loaded pipeline stage, with a breakdown) of one "
+        "layout. Free: spends no budget, takes about a millisecond. Call it before evaluate_simulate when "
+        f"unsure a layout fits (fits=false means it would run out of memory). {_CONFIG} {_ILLEGAL} Returns the "
+        "trial id, whether the ledger already had it (cached), the memory_only budget line and the EvalResult."
+    ),
+    "evaluate_simulate": (
+        "Legality, memory and projected throughput of one layout: iteration_ms, tokens_per_s_per_gpu (the "
+        "objective, higher is better), TFLOP/s per GPU, MFU and a time breakdown. Costs one call of the run's "
+        "simulate budget (max_perf_calls) unless the same layout was simulated before (cached=true, free); "
+        f"when the budget is spent the call fails and says so. {_CONFIG} {_ILLEGAL} Returns the trial id, cached, "
+        "the simulate budget line after the call and the EvalResult."
+    ),
+    "evaluate_with_benchmark": (
+        "Measure one layout on the GPU at hand (one layer of each type timed with torch, the rest "
+        "extrapolated). Costs one call of the benchmark budget and needs a GPU (cluster has_gpu) and a build "
+        "with benchmark mode; otherwise it fails with the reason, and evaluate_simulate is the tool to use. "
+        f"{_CONFIG} Returns the same shape as evaluate_simulate."
+    ),
+    "validate_config": (
+        "Check one layout against every legality rule without evaluating or recording it. Free and instant. "
+        f"{_CONFIG} Returns legal, the violations (code and sentence), the resolved effective config with its "
+        "canonical key, and the derived data-parallel size."
+    ),
+    "get_legal_axes": (
+        "The values each knob may take on its own for this model on this cluster (divisibility of heads, "
+        "layers, experts, sequence, world size), plus the world size. Free. Call it first when proposing "
+        "layouts; cross-axis rules (TP*PP*CP*DP = world, GBS divisible by MBS*DP, ...) are checked by "
+        "validate_config and the evaluate tools."
+    ),
+    "get_history": (
+        "The run's latest k trials, oldest first, one line each: trial id, fidelity, origin, the knobs that "
+        "differ from the baseline, then legality, fit, memory and tokens/s/GPU. Free. Call it to see what "
+        "has been tried before proposing more."
+    ),
+    "get_best": (
+        "The incumbent: the legal, fitting trial with the highest tokens/s/GPU (optionally at one fidelity), "
+        "with its env exports and launch command. Free. found=false when nothing has been simulated yet."
+    ),
+    "get_architecture": (
+        "The workload: model architecture in Megatron argument names (layers, hidden size, heads, query "
+        "groups, experts, top-k, MLA ranks, ...), its training arguments and the baseline layout they give. "
+        "Free."
+    ),
+    "get_cluster": (
+        "The target cluster: nodes, GPUs per node, the GPU's peak figures and links, usable memory per GPU "
+        "after the safety margin, the budget, whether a GPU is present for benchmarks and the configured "
+        "LLM. Free."
+    ),
+    "get_budget_status": (
+        "Calls spent, limit and left per fidelity (dry, memory_only, simulate, benchmark) for the run; "
+        "limit null means unlimited. Free. Check it before a batch of evaluate_simulate calls."
+    ),
+    "note_to_scratchpad": (
+        "Append a note to the run's scratchpad (kept in the ledger, survives restarts): hypotheses, what "
+        "was ruled out and why, the plan for the next round. Free. Never put secrets in notes; text that "
+        "looks like an API key is refused. Returns the stored note."
+    ),
+    "read_scratchpad": (
+        "Every note in the run's scratchpad (id, author, text, time), oldest first. Free. Read it at the "
+        "start of a round to recall the hypotheses and what was already ruled out."
+    ),
+    "query_llm": (
+        "Ask the run's configured LLM (env LLM_MODEL or the cluster's agent.llm.model, through LiteLLM) one "
+        "question; tokens and cost are recorded in the ledger. Costs money at the provider. Fails with the "
+        "reason when no LLM is configured or LiteLLM is missing. Returns the answer text and its usage."
+    ),
+    "run_seed_plan": (
+        "Score the deterministic seed plan: single-axis sweeps around the baseline (recompute, MoE backend, "
+        "FP8, schedules, neighbours, DP sharding, a coarse parallelism grid). Each candidate gets a free "
+        "memory check and, when it fits, one simulate call of budget (at most `budget` calls, default the "
+        "run's max_perf_calls); already-scored candidates are free. Takes seconds; reports progress. Returns "
+        "the counts, whether the budget ran out and the incumbent."
+    ),
+    "sweep": (
+        "Score the whole legal space of the run with the oracle (memory pre-filter, then simulate) and "
+        "record the top_k layouts as trials; this is the reference optimum and spends no budget. CPU-heavy: "
+        "seconds to minutes depending on the space; reports progress; `jobs` worker processes (default 1). "
+        "Returns the space size, how many fit, the wall time and the top layouts, best first."
+    ),
+    "open_run": (
+        "Load a workload YAML (native or Primus experiment) and a target-cluster YAML and make their run "
+        "the current one, resuming the latest run for exactly these inputs unless resume=false. Paths are "
+        "relative to the server's first allowed root and must stay under the allowed roots. Free. Returns "
+        "the run id, names, world size, budget and how many trials it already has."
+    ),
+    "export_best": (
+        "Write the run's artifacts to out_dir (under the allowed roots; created if missing): trials.jsonl, "
+        "summary.json, trials.png, trials/<id>.yaml (re-runnable workload overlays) and, when there is a "
+        "winner, winner.env and launch.sh. Free. Returns the files, the winner, its Primus env exports and "
+        "the launch command."
+    ),
+}

@@ -1,0 +1,52 @@
+"""Server state: the ledger, the allowed roots and the run the tools act on, with its loaded inputs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ledger import Fidelity, Ledger, RunInfo, TrialRecord
+from oracle.errors import InputError
+from oracle.inputs import load_cluster, load_workload
+from oracle.specs import ClusterSpec, TrialConfig, Workload
+from planner.runs import score
+
+from .paths import AllowedRoots
+
+
+@dataclass(frozen=True)
+class ActiveRun:
+    """The current run and the workload and cluster it was opened with."""
+
+    run: RunInfo
+    workload: Workload
+    cluster: ClusterSpec
+    workload_file: str
+
+
+class Session:
+    """One server's state; tools read the active run and write through the ledger."""
+
+    def __init__(self, ledger: Ledger, roots: AllowedRoots):
+        self.ledger = ledger
+        self.roots = roots
+        self._active: ActiveRun | None = None
+
+    def open_run(self, workload_file: Path, cluster_file: Path, *, resume: bool = True) -> ActiveRun:
+        """Load both files and open (or resume) their run; it becomes the active one."""
+        workload = load_workload(workload_file)
+        cluster = load_cluster(cluster_file)
+        run = self.ledger.open_run(workload, cluster, resume=resume)
+        self._active = ActiveRun(run, workload, cluster, str(workload_file))
+        return self._active
+
+    @property
+    def active(self) -> ActiveRun:
+        if self._active is None:
+            raise InputError("no run is open: call open_run with a workload file and a cluster file first")
+        return self._active
+
+    def evaluate(self, trial: TrialConfig, fidelity: Fidelity, origin: str) -> tuple[TrialRecord, bool]:
+        """(trial, cached): one layout of the active run scored through the ledger (dedupe + budget)."""
+        a = self.active
+        return score(self.ledger, a.run.id, a.workload, a.cluster, a.workload.effective(trial), fidelity, origin=origin)

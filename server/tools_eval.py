@@ -1,0 +1,91 @@
+"""Tools that evaluate or check one layout: memory-only, simulate, benchmark, validate, legal axes.
+
+They are coroutines, so they run inline on the event loop: their work (about a millisecond of oracle and
+one SQLite commit) costs less than the hop to a worker thread would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated
+
+from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
+
+from ledger import BudgetLine, Fidelity
+from oracle.layout import data_parallel
+from oracle.legality import LegalAxes, legal_axes, validate
+from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
+
+from .session import Session
+
+Config = Annotated[TrialConfig, Field(default_factory=TrialConfig, description="TrialConfig knobs; {} = baseline")]
+Origin = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:/+-]+$",
+                              description="tag recorded with the trial, e.g. 'llm:round2'")]
+
+
+class Evaluation(BaseModel):
+    """One evaluated layout as the ledger holds it."""
+
+    trial_id: int
+    cached: bool = Field(description="answered from the ledger; no budget spent")
+    fidelity: Fidelity
+    budget: BudgetLine = Field(description="this fidelity's budget after the call")
+    result: EvalResult
+
+
+class Validation(BaseModel):
+    """Legality of one layout, not recorded."""
+
+    legal: bool
+    violations: list[Violation]
+    config: EffectiveConfig
+    config_key: str
+    derived_dp: int | None
+
+
+def benchmark_unavailable(session: Session) -> str | None:
+    """Why benchmark mode cannot run for the active run, or None when it can."""
+    if not session.active.cluster.has_gpu:
+        return "no GPU: the cluster says has_gpu false (available_for_benchmark.has_gpu); use evaluate_simulate"
+    return None
+
+
+def tools(session: Session) -> list[Callable]:
+    """The evaluation tools bound to `session`."""
+
+    def evaluation(config: TrialConfig, fidelity: Fidelity, origin: str) -> Evaluation:
+        record, cached = session.evaluate(config, fidelity, origin)
+        line = session.ledger.budget_status(record.run_id)[fidelity]
+        return Evaluation(trial_id=record.id, cached=cached, fidelity=fidelity, budget=line, result=record.result)
+
+    async def evaluate_memory_only(config: Config, origin: Origin = "mcp") -> Evaluation:
+        """Legality and memory of one layout (free)."""
+        return evaluation(config, "memory_only", origin)
+
+    async def evaluate_simulate(config: Config, origin: Origin = "mcp") -> Evaluation:
+        """Legality, memory and projected throughput of one layout (one simulate call of budget)."""
+        return evaluation(config, "simulate", origin)
+
+    async def evaluate_with_benchmark(config: Config, origin: Origin = "mcp") -> Evaluation:
+        """Benchmark one layout on the local GPU, when this build and the cluster allow it."""
+        reason = benchmark_unavailable(session)
+        if reason:
+            raise ToolError(reason)
+        return evaluation(config, "benchmark", origin)
+
+    async def validate_config(config: Config) -> Validation:
+        """Every legality rule the layout breaks (free, not recorded)."""
+        a = session.active
+        cfg = a.workload.effective(config)
+        violations = validate(a.workload.model, cfg, a.cluster)
+        return Validation(legal=not violations, violations=violations, config=cfg, config_key=cfg.key,
+                          derived_dp=data_parallel(cfg, a.cluster.world_size) or None)
+
+    async def get_legal_axes() -> LegalAxes:
+        """Per-knob legal values for the active run's model and cluster."""
+        a = session.active
+        base = a.workload.effective()
+        return legal_axes(a.workload.model, a.cluster, seq_length=base.seq_length, gbs=base.gbs)
+
+    return [evaluate_memory_only, evaluate_simulate, evaluate_with_benchmark, validate_config, get_legal_axes]

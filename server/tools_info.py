@@ -1,0 +1,131 @@
+"""Tools that read or annotate the active run: history, incumbent, inputs, budget, scratchpad, LLM.
+
+The quick ones are coroutines that run inline on the event loop; `query_llm` waits on the network, so it
+is a plain function and the SDK runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field
+
+from ledger import BudgetLine, Note, history_lines
+from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, ModelArch, TrainingArgs
+from planner.runs import configured_llm, how_to_run
+
+from .llm import LLMAnswer, ask
+from .session import Session
+
+
+class History(BaseModel):
+    """The latest trials of a run, one line each."""
+
+    run_id: int
+    total_trials: int
+    lines: list[str]
+
+
+class Best(BaseModel):
+    """The incumbent and how to launch it."""
+
+    found: bool
+    trial_id: int | None = None
+    origin: str | None = None
+    result: EvalResult | None = None
+    env_exports: list[str] = Field(default_factory=list)
+    launch_command: str | None = None
+
+
+class Architecture(BaseModel):
+    """The workload's model, training arguments and baseline layout."""
+
+    workload_name: str
+    is_moe: bool
+    model: ModelArch
+    training: TrainingArgs
+    baseline: EffectiveConfig
+
+
+class ClusterInfo(BaseModel):
+    """The target cluster with its derived figures."""
+
+    cluster: ClusterSpec
+    world_size: int
+    memory_cap_gb: float = Field(description="usable HBM per GPU after the safety margin, GiB")
+    llm_model: str | None = Field(description="the LLM query_llm would use, if any")
+
+
+class BudgetStatus(BaseModel):
+    """Spend per fidelity of a run."""
+
+    run_id: int
+    fidelities: dict[str, BudgetLine]
+    max_rounds: int
+
+
+class Scratchpad(BaseModel):
+    """A run's notes, oldest first."""
+
+    run_id: int
+    notes: list[Note]
+
+
+def tools(session: Session) -> list[Callable]:
+    """The read and note tools bound to `session`."""
+
+    async def get_history(k: Annotated[int, Field(ge=1, le=1000, description="latest trials to show")] = 20
+                          ) -> History:
+        """The latest k trials of the active run, one line each."""
+        a = session.active
+        lines = history_lines(session.ledger, a.run.id, a.workload.effective())
+        return History(run_id=a.run.id, total_trials=len(lines), lines=lines[-k:])
+
+    async def get_best(fidelity: Literal["simulate", "benchmark"] | None = None) -> Best:
+        """The best legal, fitting trial and how to run it."""
+        a = session.active
+        best = session.ledger.best(a.run.id, fidelity)
+        if best is None:
+            return Best(found=False)
+        env, command = how_to_run(best, a.workload_file)
+        return Best(found=True, trial_id=best.id, origin=best.origin, result=best.result, env_exports=env,
+                    launch_command=command)
+
+    async def get_architecture() -> Architecture:
+        """The active run's workload."""
+        w = session.active.workload
+        return Architecture(workload_name=w.name, is_moe=w.model.is_moe, model=w.model, training=w.training,
+                            baseline=w.effective())
+
+    async def get_cluster() -> ClusterInfo:
+        """The active run's target cluster."""
+        c = session.active.cluster
+        return ClusterInfo(cluster=c, world_size=c.world_size, memory_cap_gb=c.memory_cap_gb,
+                           llm_model=configured_llm(c))
+
+    async def get_budget_status() -> BudgetStatus:
+        """Budget spent and left per fidelity."""
+        a = session.active
+        return BudgetStatus(run_id=a.run.id, fidelities=session.ledger.budget_status(a.run.id),
+                            max_rounds=a.run.budget.max_rounds)
+
+    async def note_to_scratchpad(text: Annotated[str, Field(min_length=1, max_length=8000)],
+                           author: Annotated[str, Field(min_length=1, max_length=64)] = "agent") -> Note:
+        """Append a note to the active run's scratchpad."""
+        return session.ledger.add_note(session.active.run.id, text, author=author)
+
+    async def read_scratchpad() -> Scratchpad:
+        """The active run's notes."""
+        run_id = session.active.run.id
+        return Scratchpad(run_id=run_id, notes=session.ledger.notes(run_id))
+
+    def query_llm(prompt: Annotated[str, Field(min_length=1, max_length=50_000)],
+                  system: Annotated[str | None, Field(max_length=20_000)] = None,
+                  max_tokens: Annotated[int, Field(ge=1, le=8192)] = 1024) -> LLMAnswer:
+        """One completion from the run's configured LLM, usage recorded."""
+        a = session.active
+        return ask(session.ledger, a.run.id, configured_llm(a.cluster), prompt, system=system, max_tokens=max_tokens)
+
+    return [get_history, get_best, get_architecture, get_cluster, get_budget_status, note_to_scratchpad,
+            read_scratchpad, query_llm]

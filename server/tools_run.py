@@ -1,0 +1,156 @@
+"""Tools that open, search and export a run: open_run, run_seed_plan, sweep, export_best.
+
+All run off the event loop: open_run and export_best are plain functions (the SDK runs them in a worker
+thread); the seed plan and the sweep are coroutines that hand their work to a worker thread and relay
+its progress to the client.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Annotated
+
+import anyio.from_thread
+import anyio.to_thread
+from mcp.server.mcpserver import Context
+from pydantic import BaseModel, Field
+
+from ledger import BudgetLine
+from oracle.errors import InputError
+from oracle.specs import Budget, EvalResult
+from planner.runs import how_to_run, record_sweep, score_seed_plan, write_artifacts
+from planner.seed_plan import seed_plan
+from planner.sweep import sweep as run_sweep
+
+from .session import Session
+
+PROGRESS_EVERY_S = 0.2  # at most this often a long tool sends a progress notification
+log = logging.getLogger(__name__)
+
+
+class RunSummary(BaseModel):
+    """The run tools now act on."""
+
+    run_id: int
+    status: str
+    workload_name: str
+    cluster_name: str
+    world_size: int
+    budget: Budget
+    trials: int = Field(description="trials already in the ledger for this run")
+
+
+class SeedPlanReport(BaseModel):
+    """What scoring the seed plan did."""
+
+    run_id: int
+    candidates: int
+    new_trials: int
+    budget_exhausted: bool
+    simulate_budget: BudgetLine
+    best_trial_id: int | None
+    best_tokens_per_s_per_gpu: float | None
+
+
+class SweepReport(BaseModel):
+    """The sweep's counts and its best layouts, best first."""
+
+    run_id: int
+    space_size: int
+    fits: int
+    wall_s: float
+    jobs: int
+    top: list[EvalResult]
+
+
+class Export(BaseModel):
+    """Where the artifacts went and the winner."""
+
+    out_dir: str
+    files: list[str]
+    winner: EvalResult | None
+    winner_origin: str | None
+    env_exports: list[str]
+    launch_command: str | None
+
+
+def _relay(ctx: Context, what: str) -> Callable[[int, int], None]:
+    """A worker-thread `progress(done, total)` that forwards to the client, throttled."""
+    last = 0.0
+
+    def progress(done: int, total: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if done < total and now - last < PROGRESS_EVERY_S:
+            return
+        last = now
+        anyio.from_thread.run(functools.partial(ctx.report_progress, done, total, f"{what}: {done}/{total}"))
+
+    return progress
+
+
+def tools(session: Session) -> list[Callable]:
+    """The run-level tools bound to `session`."""
+
+    def open_run(workload: Annotated[str, Field(description="workload YAML path")],
+                 cluster: Annotated[str, Field(description="target-cluster YAML path")],
+                 resume: bool = True) -> RunSummary:
+        """Load a workload and a cluster and make their run the active one."""
+        a = session.open_run(session.roots.file(workload, "workload"), session.roots.file(cluster, "cluster"),
+                             resume=resume)
+        return RunSummary(run_id=a.run.id, status=a.run.status, workload_name=a.workload.name,
+                          cluster_name=a.cluster.name, world_size=a.cluster.world_size, budget=a.run.budget,
+                          trials=len(session.ledger.trials(a.run.id)))
+
+    async def run_seed_plan(ctx: Context,
+                            budget: Annotated[int | None, Field(ge=1, le=10_000, description=(
+                                "max simulate calls; default the run's max_perf_calls"))] = None) -> SeedPlanReport:
+        """Score the seed plan through the ledger, reporting progress."""
+        a = session.active
+        ledger, run_id = session.ledger, a.run.id
+        before = len(ledger.trials(run_id))
+        exhausted = await anyio.to_thread.run_sync(functools.partial(
+            score_seed_plan, ledger, run_id, a.workload, a.cluster, budget=budget or a.cluster.budget.max_perf_calls,
+            note=log.info, progress=_relay(ctx, "seed plan")))
+        best = ledger.best(run_id)
+        return SeedPlanReport(
+            run_id=run_id, candidates=len(seed_plan(a.workload, a.cluster)),
+            new_trials=len(ledger.trials(run_id)) - before, budget_exhausted=exhausted,
+            simulate_budget=ledger.budget_status(run_id)["simulate"], best_trial_id=best.id if best else None,
+            best_tokens_per_s_per_gpu=best.tokens_per_s_per_gpu if best else None)
+
+    async def sweep(ctx: Context,
+                    jobs: Annotated[int, Field(ge=1, le=os.cpu_count() or 1, description="worker processes")] = 1,
+                    top_k: Annotated[int, Field(ge=1, le=100, description="best layouts to keep")] = 10) -> SweepReport:
+        """Score the whole legal space in a worker thread, reporting progress, and record the top-k."""
+        a = session.active
+        result = await anyio.to_thread.run_sync(functools.partial(
+            run_sweep, a.workload, a.cluster, top_k=top_k, jobs=jobs, progress=_relay(ctx, "sweep")))
+        record_sweep(session.ledger, a.run.id, result)
+        return SweepReport(run_id=a.run.id, space_size=result.space_size, fits=result.fits, wall_s=result.wall_s,
+                           jobs=result.jobs, top=result.top)
+
+    def export_best(out_dir: Annotated[str, Field(description="folder for the artifacts, under the allowed roots")]
+                    ) -> Export:
+        """Write the active run's artifacts and return its winner."""
+        a = session.active
+        trials = session.ledger.trials(a.run.id)
+        if not trials:
+            raise InputError(f"run {a.run.id} has no trials yet: evaluate or run the seed plan first")
+        target = session.roots.directory(out_dir, "out_dir")
+        best = session.ledger.best(a.run.id)
+        env, command = how_to_run(best, a.workload_file)
+        summary = {"run_id": a.run.id, "workload": a.workload.name, "cluster": a.cluster.name, "trials": len(trials),
+                   "winner": best.result.model_dump(mode="json") if best else None,
+                   "winner_origin": best.origin if best else None,
+                   "budget": {f: line.model_dump() for f, line in session.ledger.budget_status(a.run.id).items()},
+                   "env_exports": env, "launch_command": command}
+        files = write_artifacts(target, a.workload, a.cluster, trials, summary, env, command)
+        return Export(out_dir=str(target), files=files, winner=best.result if best else None,
+                      winner_origin=best.origin if best else None, env_exports=env, launch_command=command)
+
+    return [open_run, run_seed_plan, sweep, export_best]
