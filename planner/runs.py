@@ -6,7 +6,6 @@ sweep, and writing a run's artifacts with its winner as env exports and a launch
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ from oracle.evaluate import evaluate_config
 from oracle.legality import validate
 from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
-from .dry import dry_result
+from .investigator.llm_config import named_llm
 from .launch import env_exports, launch_command
 from .seed_plan import seed_plan
 from .sweep import SweepResult
@@ -29,7 +28,6 @@ Scorer = Callable[[Ledger, Workload, ClusterSpec, EffectiveConfig], EvalResult]
 
 # How each fidelity is evaluated; benchmark measurements are cached per shape in the run's ledger.
 SCORERS: dict[str, Scorer] = {
-    "dry": lambda ledger, workload, cluster, cfg: dry_result(cfg, cluster),
     "memory_only": lambda ledger, workload, cluster, cfg: evaluate_config(workload, cluster, cfg, performance=False),
     "simulate": lambda ledger, workload, cluster, cfg: evaluate_config(workload, cluster, cfg, performance=True),
     "benchmark": lambda ledger, workload, cluster, cfg: evaluate_with_benchmark(
@@ -37,9 +35,10 @@ SCORERS: dict[str, Scorer] = {
 }
 
 
-def configured_llm(cluster: ClusterSpec) -> str | None:
-    """The LLM a run may use: env LLM_MODEL, else the cluster's agent.llm.model."""
-    return os.environ.get("LLM_MODEL") or cluster.llm_model
+def configured_llm(cluster: ClusterSpec) -> str:
+    """The LLM a run may use, by the investigator's precedence: env LLM_MODEL, else agent.llm.model,
+    else the default."""
+    return named_llm(cluster.llm_model).model
 
 
 def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig,
@@ -47,7 +46,7 @@ def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
     """(trial, cached) of one layout at one fidelity through the ledger's dedupe and budget; an
     illegal layout is recorded with its violations without spending budget."""
     scorer = SCORERS[fidelity]
-    if fidelity != "dry" and validate(workload.model, cfg, cluster):
+    if validate(workload.model, cfg, cluster):
         hit = ledger.lookup(run_id, cfg.key, fidelity)
         if hit is not None:
             return hit, True
@@ -57,21 +56,20 @@ def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
 
 
 def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, *, budget: int,
-                    dry_run: bool = False, note: Callable[[str], None] = print,
+                    note: Callable[[str], None] = print,
                     progress: Callable[[int, int], None] | None = None) -> bool:
     """Score the seed plan through the ledger: a free memory-only check first, then a budgeted
-    simulate call for each candidate that fits (`dry` instead when `dry_run`). True when the budget ran
-    out. `progress(done, total)` follows the candidates."""
+    simulate call for each candidate that fits. True when the budget ran out. `progress(done, total)`
+    follows the candidates."""
     plan = seed_plan(workload, cluster)
-    fidelity: Fidelity = "dry" if dry_run else "simulate"
     scored = 0
     for done, (origin, trial) in enumerate(plan, 1):
         if scored >= budget:
             break
         cfg = workload.effective(trial)
-        if dry_run or score(ledger, run_id, workload, cluster, cfg, "memory_only", origin=origin)[0].fits:
+        if score(ledger, run_id, workload, cluster, cfg, "memory_only", origin=origin)[0].fits:
             try:
-                score(ledger, run_id, workload, cluster, cfg, fidelity, origin=origin)
+                score(ledger, run_id, workload, cluster, cfg, "simulate", origin=origin)
             except BudgetExhausted as exc:
                 note(f"seed plan stopped: {exc}")
                 return True
@@ -86,7 +84,7 @@ def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
     for r in result.top:
         ledger.record_trial(run_id, EffectiveConfig(**r.config), r, fidelity="simulate", wall_ms=0.0, origin="sweep")
     ledger.record_sweep_summary(
-        run_id, space_size=result.space_size, legal=result.space_size, fits=result.fits, scored=result.fits,
+        run_id, space_size=result.space_size, legal=result.space_size, fits=result.fits, scored=result.scored,
         top_k=[{"config_key": r.config_key, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu} for r in result.top],
         wall_s=result.wall_s,
     )

@@ -1,11 +1,13 @@
 """Exhaustive sweep: the true top-k of the whole legal space under the oracle, by branch and bound.
 
-Every parallel layout gets a lower bound on its iteration time that holds for all its feature-knob
-points (`oracle.performance.iteration_bound`), hence an upper bound on their tokens/s/GPU. Layouts are
-scored best bound first; a worker skips a layout, unsimulated and without its memory check, when that
-upper bound is strictly below the k-th best it has already scored: none of its points can enter the
-top-k. Otherwise each point gets the memory pre-filter and, when it fits, a simulation. The result
-equals scoring every fitting point (ties broken by config key, as before).
+`oracle.performance.iteration_bound` gives each parallel layout a lower bound on the iteration time of
+all its feature-knob points, hence an upper bound on their tokens/s/GPU. Layouts are scored best bound
+first; a worker skips a layout, without even its memory checks, when that upper bound is strictly
+below the k-th best it has scored so far, since none of its points can then enter the top-k. In a
+layout it does score, each point gets the memory pre-filter, then the same test with the bound of its
+group (its FP8, MoE backend and DP sharding; the bound holds for every recompute mode), and is
+simulated only if it passes; once a group loses, its other points are skipped unchecked. The result
+equals scoring every fitting point, ties broken by config key.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import heapq
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel
 
 from oracle.evaluate import evaluate_config
+from oracle.memory import estimate_memory
 from oracle.performance import iteration_bound, simulate, tokens_per_s_per_gpu
 from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
@@ -28,20 +31,20 @@ from .space import enumerate_layouts, knob_count, knob_points
 class SweepResult(BaseModel):
     """What a sweep saw and the best layouts it found (best first).
 
-    space_size: every legal point; pruned: points of layouts the bound ruled out (neither memory-checked
-    nor simulated); fits: points of the other layouts that fit in memory; scored: points simulated
-    (every fitting one of those layouts)."""
+    space_size: every legal point. scored: points simulated. pruned: points a bound ruled out unsimulated
+    (a whole layout, or a point whose FP8 / MoE backend / DP sharding group lost). fits: points found to
+    fit in memory; a point is not checked once its layout or group is ruled out."""
 
     space_size: int
-    pruned: int
     fits: int
     scored: int
+    pruned: int
     top: list[EvalResult]
     wall_s: float
     jobs: int
 
 
-Ranked = tuple[float, str, EffectiveConfig]  # (tokens/s/GPU, config key, config): heap order = ranking order
+Ranked = tuple[float, str, EffectiveConfig]  # (tokens/s/GPU, config key, config): tuple order = ranking
 _CTX: dict = {}
 
 
@@ -51,72 +54,93 @@ def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
 
 
 def _knobs(layout: dict) -> tuple[dict, list[str], bool]:
+    """`knob_points` arguments of a layout."""
     return layout, _CTX["fp8s"], _CTX["workload"].model.is_moe and layout["ep"] > 1
 
 
-def _bound_tps(layout: dict) -> float:
-    """Upper bound on the tokens/s/GPU of every point of `layout`."""
+def _best_tps(cfg: EffectiveConfig, any_knobs: bool) -> float:
+    """Upper bound on the tokens/s/GPU of `cfg` under any recompute mode or, with `any_knobs`, any
+    feature knobs."""
     workload, cluster = _CTX["workload"], _CTX["cluster"]
-    cfg = workload.effective(next(knob_points(*_knobs(layout))))
-    return tokens_per_s_per_gpu(cfg, cluster.world_size, iteration_bound(workload.model, cfg, cluster))
+    return tokens_per_s_per_gpu(cfg, cluster.world_size,
+                                iteration_bound(workload.model, cfg, cluster, any_knobs=any_knobs))
 
 
-def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, list[Ranked]]:
-    """(points, pruned, fits, entries into this worker's top-k) of one layout with its bound."""
+def _layout_bound(layout: dict) -> float:
+    """Upper bound on the tokens/s/GPU of every point of `layout`."""
+    return _best_tps(_CTX["workload"].effective(next(knob_points(*_knobs(layout)))), any_knobs=True)
+
+
+def _loses(tps: float) -> bool:
+    """Whether `tps` is strictly below the k-th best this worker has scored."""
+    top = _CTX["top"]
+    return len(top) == _CTX["top_k"] and tps < top[0][0]
+
+
+def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ranked]]:
+    """(points, fits, scored, pruned, entries into this worker's top-k) of one layout and its bound."""
     layout, bound = task
-    workload, cluster, k, top = _CTX["workload"], _CTX["cluster"], _CTX["top_k"], _CTX["top"]
+    workload, cluster, top = _CTX["workload"], _CTX["cluster"], _CTX["top"]
     points = knob_count(*_knobs(layout))
-    if len(top) == k and bound < top[0][0]:
-        return points, points, 0, []
-    fits, entered = 0, []
+    if _loses(bound):
+        return points, 0, 0, points, []
+    unchecked = fits = scored = 0
+    bounds: dict[tuple, float] = {}  # by every feature knob but recompute, which the bound covers
+    entered: list[Ranked] = []
     for trial in knob_points(*_knobs(layout)):
+        knobs = (trial.fp8, trial.use_turbo_deepep, trial.sync_free_stage, trial.use_torch_fsdp2)
+        if knobs in bounds and _loses(bounds[knobs]):
+            unchecked += 1
+            continue
         cfg = workload.effective(trial)
-        if not evaluate_config(workload, cluster, cfg, performance=False).fits:
+        if estimate_memory(workload.model, cfg, cluster).total_gb > cluster.memory_cap_gb:
             continue
         fits += 1
+        if knobs not in bounds:
+            bounds[knobs] = _best_tps(cfg, any_knobs=False)
+        if _loses(bounds[knobs]):
+            continue
+        scored += 1
         tps = simulate(workload.model, cfg, cluster).tokens_per_s_per_gpu
-        if len(top) == k and tps < top[0][0]:
+        if _loses(tps):
             continue
         item = (tps, cfg.key, cfg)
-        if len(top) < k:
+        if len(top) < _CTX["top_k"]:
             heapq.heappush(top, item)
         elif item[:2] > top[0][:2]:
             heapq.heapreplace(top, item)
         else:
             continue
         entered.append(item)
-    return points, 0, fits, entered
+    return points, fits, scored, unchecked + fits - scored, entered
 
 
 def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, jobs: int | None = None,
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """The top-k of every legal point; `progress(done, total)` is called as layouts complete."""
     start = time.perf_counter()
-    layouts = list(enumerate_layouts(workload, cluster))
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(layouts) or 1))
-    chunk = max(1, len(layouts) // (jobs * 16))
-    totals = [0, 0, 0]
-    best: list[Ranked] = []
+    _init(workload, cluster, top_k)
+    # Bounds first, here: forked workers then start with the oracle's caches (and Origami's torch) warm.
+    tasks = sorted(((x, _layout_bound(x)) for x in enumerate_layouts(workload, cluster)), key=lambda t: -t[1])
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
+    counts = [0, 0, 0, 0]
+    ranked: list[Ranked] = []
 
-    def scored_in_order(bounds: list[float], score: Callable) -> None:
-        tasks = sorted(zip(layouts, bounds), key=lambda t: -t[1])
-        for done, part in enumerate(score(tasks), 1):
-            for i in range(3):
-                totals[i] += part[i]
-            best.extend(part[3])
+    def absorb(parts: Iterable[tuple]) -> None:
+        for done, part in enumerate(parts, 1):
+            counts[:] = [a + b for a, b in zip(counts, part[:4])]
+            ranked.extend(part[4])
             if progress:
-                progress(done, len(layouts))
+                progress(done, len(tasks))
 
     if jobs == 1:
-        _init(workload, cluster, top_k)
-        scored_in_order([_bound_tps(x) for x in layouts], lambda tasks: map(_score_layout, tasks))
+        absorb(map(_score_layout, tasks))
     else:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, top_k)) as pool:
-            scored_in_order(pool.map(_bound_tps, layouts, chunksize=chunk),
-                            lambda tasks: pool.imap_unordered(_score_layout, tasks, chunksize=chunk))
-    top = heapq.nlargest(top_k, best, key=lambda t: t[:2])
-    points, pruned, fits = totals
-    return SweepResult(space_size=points, pruned=pruned, fits=fits, scored=fits,
-                       top=[evaluate_config(workload, cluster, cfg, performance=True) for _, _, cfg in top],
+            absorb(pool.imap_unordered(_score_layout, tasks, chunksize=max(1, len(tasks) // (jobs * 16))))
+    space_size, fits, scored, pruned = counts
+    top = [evaluate_config(workload, cluster, cfg, performance=True)
+           for _, _, cfg in heapq.nlargest(top_k, ranked, key=lambda t: t[:2])]
+    return SweepResult(space_size=space_size, fits=fits, scored=scored, pruned=pruned, top=top,
                        wall_s=time.perf_counter() - start, jobs=jobs)

@@ -1,18 +1,26 @@
-"""`paratune tune`: seed plan, optional sweep, (LLM phase), then the run's artifacts."""
+"""`paratune tune`: seed plan, LLM phase (planner and rounds over MCP), optional sweep, then the run's
+artifacts."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from ledger import exports
 from ledger.store import Ledger
+from oracle.errors import InputError
 from oracle.specs import ClusterSpec, EvalResult, Workload
 
-from .runs import configured_llm, how_to_run, record_sweep, score_seed_plan, write_artifacts
+from .investigator.llm_config import LLMConfig, LLMNotConfigured, dry_run_llm, resolve_llm
+from .investigator.models import InvestigationReport, InvestigatorOptions
+from .runs import how_to_run, record_sweep, score_seed_plan, write_artifacts
 from .sweep import SweepResult, sweep
+
+LLM_SHARE = 0.5  # with an LLM phase ahead, the seed plan leaves this share of the simulate budget to it
 
 
 class TuneOptions(BaseModel):
@@ -25,6 +33,7 @@ class TuneOptions(BaseModel):
     dry_run: bool = False
     jobs: int | None = None
     top_k: int = 10
+    investigator: InvestigatorOptions = Field(default_factory=InvestigatorOptions)
 
 
 class TuneOutcome(BaseModel):
@@ -42,61 +51,111 @@ class TuneOutcome(BaseModel):
     seed_trials: int
     budget_exhausted: bool
     llm_phase: str
+    hypotheses: list[str]
+    investigation: InvestigationReport | None
     timings_s: dict[str, float]
     env_exports: list[str]
     launch_command: str | None
 
 
-def llm_phase_status(cluster: ClusterSpec, options: TuneOptions) -> str:
-    """Why the LLM investigator did not run in this build."""
+def choose_llm(cluster: ClusterSpec, options: TuneOptions) -> LLMConfig | str:
+    """The LLM the phase will use (`--dry-run`: the scripted one), or why the phase is skipped."""
     if options.seed_only:
         return "skipped: --seed-only"
-    model = configured_llm(cluster)
-    if not model:
-        return "skipped: no LLM configured (set LLM_MODEL or agent.llm.model)"
-    return f"skipped: the DSPy investigator is not part of this release (LLM {model} configured but unused)"
+    if importlib.util.find_spec("dspy") is None:
+        return "skipped: the DSPy client is not installed (pip install 'paratune[llm]')"
+    if options.dry_run:
+        return dry_run_llm()
+    try:
+        return resolve_llm(cluster.llm_model)
+    except LLMNotConfigured as exc:
+        return f"skipped: {exc}"
+
+
+class SeedOutcome(BaseModel):
+    """What the seed plan did: whether it ran out of budget, and the best layout it left."""
+
+    exhausted: bool
+    best: float | None
+
+
+def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, options: TuneOptions, seed_budget: int,
+              files: tuple[str, str], note: Callable[[str], None], timings: dict[str, float]
+              ) -> tuple[SeedOutcome | None, InvestigationReport | None, str]:
+    """(seeds, report, status line): the seed plan, then the LLM phase, over one `paratune serve` on this run's
+    ledger that does all the scoring (one oracle start-up); seeds is None when the server never got to them."""
+    from .investigator.llm_config import build_lm
+    from .investigator.phase import investigate, serve_run
+    from .investigator.rounds import one_line
+
+    seeds: SeedOutcome | None = None
+    start = time.perf_counter()
+    try:
+        with serve_run(files[0], files[1], ledger.path, run_id) as server:
+            done = server.call("run_seed_plan", budget=seed_budget)
+            seeds = SeedOutcome(exhausted=done["budget_exhausted"], best=done["best_tokens_per_s_per_gpu"])
+            timings["seed_s"] = time.perf_counter() - start
+            report = investigate(server, build_lm(llm), options.investigator, model=llm.model, note=note,
+                                 sink=lambda usage: ledger.record_llm_call(run_id, **usage.model_dump()))
+    except Exception as exc:  # the seeds and artifacts still stand; say why the phase did not
+        return seeds, None, f"failed: {one_line(exc)}"
+    timings["llm_s"] = time.perf_counter() - start - timings["seed_s"]
+    return seeds, report, (f"done: {llm.model} ({llm.source}), {report.agent_loop}, {len(report.rounds)} round(s), "
+                           f"{report.llm_calls} LLM calls; stopped: {report.stop_reason}")
+
+
+def _scratchpad(ledger: Ledger, run_id: int) -> str:
+    return "".join(f"[{n.created}] {n.author}: {n.text}\n" for n in ledger.notes(run_id))
 
 
 def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneOptions, *, workload_file: str,
-         note: Callable[[str], None] = print, progress: Callable[[int, int], None] | None = None) -> TuneOutcome:
+         cluster_file: str, note: Callable[[str], None] = print,
+         progress: Callable[[int, int], None] | None = None) -> TuneOutcome:
     """Run the search and write every artifact into `out_dir`."""
+    llm = choose_llm(cluster, options)
+    problem = options.investigator.sandbox_problem() if isinstance(llm, LLMConfig) else None
+    if problem:
+        raise InputError(problem, key="--agent-loop")
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     with Ledger(out_dir / "ledger.sqlite") as ledger:
         run = ledger.open_run(workload, cluster, resume=options.resume)
         note(f"run {run.id} in {out_dir / 'ledger.sqlite'}")
-        exhausted = score_seed_plan(ledger, run.id, workload, cluster,
-                                    budget=options.seed_budget or cluster.budget.max_perf_calls,
-                                    dry_run=options.dry_run, note=note)
-        timings["seed_s"] = time.perf_counter() - start
-        seed_best = ledger.best(run.id)
+        perf_calls = cluster.budget.max_perf_calls
+        reserve = int(perf_calls * LLM_SHARE) if isinstance(llm, LLMConfig) else 0
+        seed_budget = options.seed_budget or perf_calls - reserve
+        if isinstance(llm, LLMConfig):
+            seeds, report, status = _over_mcp(ledger, run.id, llm, options, seed_budget,
+                                              (workload_file, cluster_file), note, timings)
+        else:
+            seeds, report, status = None, None, llm
+        if seeds is None:  # no LLM phase, or its server never started: score the seeds here
+            exhausted = score_seed_plan(ledger, run.id, workload, cluster, budget=seed_budget, note=note)
+            best_seed = ledger.best(run.id)
+            seeds = SeedOutcome(exhausted=exhausted, best=best_seed.tokens_per_s_per_gpu if best_seed else None)
+            timings["seed_s"] = time.perf_counter() - start
+        note(f"LLM phase {status}")
         swept: SweepResult | None = None
         if options.sweep and not options.seed_only:
-            if options.dry_run:
-                note("sweep skipped: --dry-run has no oracle to sweep with")
-            else:
-                swept = sweep(workload, cluster, top_k=options.top_k, jobs=options.jobs, progress=progress)
-                record_sweep(ledger, run.id, swept)
-                timings["sweep_s"] = swept.wall_s
-        llm = llm_phase_status(cluster, options)
-        note(f"LLM phase {llm}")
+            swept = sweep(workload, cluster, top_k=options.top_k, jobs=options.jobs, progress=progress)
+            record_sweep(ledger, run.id, swept)
+            timings["sweep_s"] = swept.wall_s
         best = ledger.best(run.id)
         trials = ledger.trials(run.id)
         ledger.set_status(run.id, "finished")
         timings["total_s"] = time.perf_counter() - start
         sweep_best = swept.top[0].tokens_per_s_per_gpu if swept and swept.top else None
-        seed_tps = seed_best.tokens_per_s_per_gpu if seed_best else None
         env_lines, command = how_to_run(best, workload_file)
         outcome = TuneOutcome(
             run_id=run.id, winner=best.result if best else None, winner_origin=best.origin if best else None,
-            seed_best=seed_tps, sweep_best=sweep_best,
-            seed_vs_sweep=seed_tps / sweep_best if seed_tps and sweep_best else None,
+            seed_best=seeds.best, sweep_best=sweep_best,
+            seed_vs_sweep=seeds.best / sweep_best if seeds.best and sweep_best else None,
             space_size=swept.space_size if swept else None, sweep_fits=swept.fits if swept else None,
             trials=len(trials), seed_trials=sum(t.origin.startswith("seed:") for t in trials),
-            budget_exhausted=exhausted, llm_phase=llm, timings_s=timings,
-            env_exports=env_lines, launch_command=command,
+            budget_exhausted=seeds.exhausted, llm_phase=status, hypotheses=report.hypotheses if report else [],
+            investigation=report, timings_s=timings, env_exports=env_lines, launch_command=command,
         )
         write_artifacts(out_dir, workload, cluster, trials, outcome.model_dump(mode="json"), env_lines, command)
+        exports.write_text(out_dir / "scratchpad.txt", _scratchpad(ledger, run.id))
     return outcome
-

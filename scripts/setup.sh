@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Create .venv with paratune, its test tools and torch (benchmark mode), then add the two tools that
-# come from outside PyPI wheels: rocm-origami (AMD's GEMM model, built with Debian's HIP packages)
-# and the MCP Inspector CLI (npm, with Node 22). Each is optional for a user: without it the built-in
-# GEMM roofline serves / the Inspector test is skipped, with the reason shown. CI sets
-# PARATUNE_REQUIRE_ALL=1 to make a failed optional install an error.
+# Create .venv with paratune, its test tools, torch (benchmark mode) and DSPy + LiteLLM (the LLM
+# phase), then add the two tools that come from outside PyPI wheels: rocm-origami (AMD's GEMM model,
+# built with Debian's HIP packages) and the MCP Inspector CLI (npm, with Node 22). Each is optional
+# for a user: without it the built-in GEMM roofline serves / the Inspector test is skipped, with the
+# reason shown. CI sets PARATUNE_REQUIRE_ALL=1 to make a failed optional install an error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -11,7 +11,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test,benchmark]"
+.venv/bin/python -m pip install --quiet -e ".[test,benchmark,llm]"
 
 optional() {  # optional NAME SCRIPT: run an install script; fatal only when PARATUNE_REQUIRE_ALL=1
   if ! PYTHON=.venv/bin/python bash "$2"; then

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
 from ledger import Ledger
 from ledger.keyguard import refuse_keys
 from oracle.errors import InputError
+from planner.investigator.llm_config import KEYLESS_PLACEHOLDER, LLMNotConfigured, resolve_llm
 
 
 class LLMAnswer(BaseModel):
@@ -29,19 +32,22 @@ def _safe(exc: Exception) -> str:
         return "(message withheld: it contained a key-like string)"
 
 
-def ask(ledger: Ledger, run_id: int, model: str | None, prompt: str, *, system: str | None,
+def ask(ledger: Ledger, run_id: int, cluster_model: str | None, prompt: str, *, system: str | None,
         max_tokens: int) -> LLMAnswer:
-    """Call `model` through LiteLLM and record the call; a clear ToolError when that cannot happen."""
-    if not model:
-        raise ToolError("no LLM is configured: set env LLM_MODEL or agent.llm.model in the cluster file")
+    """Call the run's LLM (the investigator's precedence) through LiteLLM and record the call; a clear
+    ToolError when no model with credentials is configured or the provider fails."""
     try:
-        import litellm
-    except ImportError:
-        raise ToolError(f"LLM {model} is configured but LiteLLM is not installed (pip install 'paratune[llm]')") \
-            from None
+        config = resolve_llm(cluster_model)
+    except LLMNotConfigured as exc:
+        raise ToolError(f"no LLM is configured: {exc}") from None
+    import litellm
+
+    model = config.model
+    endpoint = {"api_base": config.api_base, "api_key": os.environ.get("OPENAI_API_KEY") or KEYLESS_PLACEHOLDER} \
+        if config.api_base else {}
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     try:
-        response = litellm.completion(model=model, messages=messages, max_tokens=max_tokens)
+        response = litellm.completion(model=model, messages=messages, max_tokens=max_tokens, **endpoint)
     except Exception as exc:  # any provider failure is the caller's to read, not a server crash
         raise ToolError(f"LLM call to {model} failed: {type(exc).__name__}: {_safe(exc)}") from None
     try:

@@ -125,7 +125,7 @@ def tools(session: Session) -> list[Callable]:
                   max_tokens: Annotated[int, Field(ge=1, le=8192)] = 1024) -> LLMAnswer:
         """One completion from the run's configured LLM, usage recorded."""
         a = session.active
-        return ask(session.ledger, a.run.id, configured_llm(a.cluster), prompt, system=system, max_tokens=max_tokens)
+        return ask(session.ledger, a.run.id, a.cluster.llm_model, prompt, system=system, max_tokens=max_tokens)
 
     return [get_history, get_best, get_architecture, get_cluster, get_budget_status, note_to_scratchpad,
             read_scratchpad, query_llm]

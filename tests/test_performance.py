@@ -3,12 +3,15 @@ check, and the calibration table (order of measured pairs, accuracy targets)."""
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
 
 from oracle.catalog import gpu
-from oracle.performance import gemm_backend, model_flops_per_token, simulate
+from oracle.layout import num_microbatches
+from oracle.performance import gemm_backend, iteration_bound, model_flops_per_token, simulate
+from oracle.performance.bound import _tails, extrapolation_bound
 from oracle.performance.calibration import constants
 from oracle.performance.calibration_rows import load_rows, project
 from oracle.performance.comm import Net
@@ -16,8 +19,9 @@ from oracle.performance.gemm import RooflineGemm
 from oracle.performance.gemm_origami import ORIGAMI_ARCHS, origami_available
 from oracle.performance.schedule import SPLIT_BACKWARD, _run, rank_end_times, virtual_stages
 from oracle.specs import ModelArch, TrialConfig
+from planner.space import enumerate_layouts, knob_points
 
-from .conftest import example
+from .conftest import EXAMPLE_PAIRS, example
 
 
 def pipeline_ms(schedule, p, v, m, f, b, w, comm=0.0):
@@ -221,6 +225,59 @@ def test_simulate_is_fast_on_the_shipped_examples():
             simulate(w.model, w.effective(), c)
             n += 1
     assert n / (time.perf_counter() - start) >= 1000
+
+
+# ---- iteration bound (what the sweep prunes with) ------------------------------------------------
+
+def _bound_sample(w, c, per_kind=3):
+    """A few layouts of every schedule, each with up to 3·PP micro-batches (exact timeline) and with
+    more (extrapolated), as far as the example has them."""
+    kinds: dict[tuple, list] = {}
+    for layout in enumerate_layouts(w, c):
+        m = num_microbatches(w.effective(TrialConfig(**layout)), c.world_size)
+        kinds.setdefault((layout["pp_schedule"], m > 3 * layout["pp"]), []).append(layout)
+    rng = random.Random(0)
+    return [x for group in kinds.values() for x in rng.sample(group, min(per_kind, len(group)))]
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLE_PAIRS))
+def test_iteration_bound_is_below_every_point_it_covers(name):
+    """A layout's bound is below the simulated iteration of each of its knob points, and a point's own
+    bound (FP8, MoE backend, sync-free stages and DP sharding kept) below each of its recompute modes."""
+    w, c = example(name)
+    fp8s = ["none", "hybrid"] if c.gpu.has_fp8 else ["none"]
+    for layout in _bound_sample(w, c):
+        cfgs = [w.effective(t) for t in knob_points(layout, fp8s, w.model.is_moe and layout["ep"] > 1)]
+        iterations = [simulate(w.model, cfg, c).iteration_ms for cfg in cfgs]
+        assert iteration_bound(w.model, cfgs[0], c) <= min(iterations), layout
+        groups: dict[tuple, list[float]] = {}
+        for cfg, it in zip(cfgs, iterations):
+            knobs = (cfg.fp8, cfg.use_turbo_deepep, cfg.sync_free_stage, cfg.use_torch_fsdp2)
+            groups.setdefault(knobs, []).append(it)
+        for cfg in cfgs:
+            knobs = (cfg.fp8, cfg.use_turbo_deepep, cfg.sync_free_stage, cfg.use_torch_fsdp2)
+            assert iteration_bound(w.model, cfg, c, any_knobs=False) <= min(groups[knobs]), (layout, knobs)
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("interleaved", 2), ("interleaved", 3), ("zb", 1), ("zbv", 2)])
+def test_extrapolated_ends_stay_above_their_bound_for_any_durations(schedule, v):
+    """The schedule-level step of the bound holds for arbitrary stage times and transfers, not only for
+    the oracle's: every rank's 2p-micro-batch order embeds in its 3p order, and the extrapolated ends of
+    m > 3p micro-batches are at least hi + (k-1)·tail."""
+    rng = random.Random(1)
+    for p in range(2, 9):
+        assert _tails(schedule, p, v) is not None
+        V = virtual_stages(schedule, p, v)
+        for _ in range(20):
+            scale = rng.choice([0.01, 1.0, 10.0])
+            f, b, w = (tuple(rng.random() * rng.choice([scale, 1.0]) for _ in range(V)) for _ in range(3))
+            w = w if schedule in SPLIT_BACKWARD else (0.0,) * V
+            p2p = tuple(rng.random() * rng.choice([0.0, 0.1, 5.0]) for _ in range(V - 1))
+            m = p * rng.randint(4, 12) if schedule == "interleaved" else rng.randint(3 * p + 1, 12 * p)
+            ends = rank_end_times(schedule, p, v, m, f, b, w, p2p)
+            hi = rank_end_times(schedule, p, v, 3 * p, f, b, w, p2p)
+            bound = extrapolation_bound(schedule, p, v, m, hi, f, b, w)
+            assert all(lo <= e * (1 + 1e-12) for lo, e in zip(bound, ends)), (p, m)
 
 
 # ---- calibration table --------------------------------------------------------------------------

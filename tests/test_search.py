@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
+
 from oracle.evaluate import evaluate_config
 from oracle.legality import validate
 from oracle.specs import TrialConfig
+from planner import sweep as sweep_module
 from planner.seed_plan import seed_plan
-from planner.space import enumerate_space
+from planner.space import enumerate_layouts, enumerate_space, knob_points
 from planner.sweep import sweep
 
 from .conftest import example
@@ -50,28 +53,51 @@ def test_space_points_are_legal_and_distinct():
     assert w.effective(TrialConfig(cross_entropy_loss_fusion=True)).key in keys
 
 
-def test_sweep_finds_the_brute_force_optimum():
-    """On a small space the sweep's winner equals a brute-force max over every enumerated point."""
-    w, c = example("llama8b")
-    result = sweep(w, c, top_k=5, jobs=1)
-    brute = []
-    for t in enumerate_space(w, c):
+def _brute_force_top(w, c, trials, k):
+    """(tokens/s/GPU, config key) of the k best fitting points, by scoring every one; and how many fit."""
+    scored = []
+    for t in trials:
         cfg = w.effective(t)
         if evaluate_config(w, c, cfg, performance=False).fits:
-            brute.append(evaluate_config(w, c, cfg, performance=True).tokens_per_s_per_gpu)
-    assert result.space_size == sum(1 for _ in enumerate_space(w, c))
-    assert result.fits == len(brute)
-    assert result.top[0].tokens_per_s_per_gpu == max(brute)
-    tops = [r.tokens_per_s_per_gpu for r in result.top]
-    assert tops == sorted(tops, reverse=True)
+            scored.append((evaluate_config(w, c, cfg, performance=True).tokens_per_s_per_gpu, cfg.key))
+    return heapq.nlargest(k, scored), len(scored)
+
+
+def _ranking(result):
+    return [(r.tokens_per_s_per_gpu, r.config_key) for r in result.top]
+
+
+def test_sweep_finds_the_brute_force_optimum():
+    """On a small space the sweep's top-k equals scoring every enumerated point, and its counts add up."""
+    w, c = example("llama8b")
+    result = sweep(w, c, top_k=5, jobs=1)
+    points = list(enumerate_space(w, c))
+    brute, fitting = _brute_force_top(w, c, points, 5)
+    assert _ranking(result) == brute
+    assert result.space_size == len(points)
+    assert result.scored <= result.fits <= fitting
+    assert result.fits - result.scored <= result.pruned <= result.space_size - result.scored
+
+
+def test_sweep_prunes_yet_matches_brute_force_on_a_mixtral_slice(monkeypatch):
+    """On a slice of the Mixtral space that holds its optimum (TP 1, PP 4, CP <= 2: every schedule,
+    ~7k points) the bound skips most points, and the top-k still equals scoring every fitting one."""
+    w, c = example("mixtral")
+    layouts = [x for x in enumerate_layouts(w, c) if x["tp"] == 1 and x["pp"] == 4 and x["cp"] <= 2]
+    monkeypatch.setattr(sweep_module, "enumerate_layouts", lambda *_: iter(layouts))
+    result = sweep(w, c, top_k=5, jobs=1)
+    points = [t for x in layouts for t in knob_points(x, ["none", "hybrid"], x["ep"] > 1)]
+    assert _ranking(result) == _brute_force_top(w, c, points, 5)[0]
+    assert result.space_size == len(points)
+    assert result.pruned > result.space_size / 2
 
 
 def test_parallel_sweep_matches_serial():
     w, c = example("llama8b")
     a = sweep(w, c, top_k=3, jobs=1)
     b = sweep(w, c, top_k=3, jobs=2)
-    assert [r.config_key for r in a.top] == [r.config_key for r in b.top]
-    assert (a.space_size, a.fits) == (b.space_size, b.fits)
+    assert _ranking(a) == _ranking(b)
+    assert a.space_size == b.space_size  # what each worker prunes depends on what it has scored
 
 
 def test_seed_best_never_beats_sweep():

@@ -144,6 +144,8 @@ def test_scratchpad_keeps_notes_and_refuses_keys(call):
 
 def test_query_llm_without_model_or_litellm_is_a_clear_error(call, monkeypatch):
     monkeypatch.delenv("LLM_MODEL", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
     assert "no LLM is configured" in error(call("query_llm", prompt="hi"))
     monkeypatch.setenv("LLM_MODEL", "openai/gpt-4o-mini")
     monkeypatch.setitem(sys.modules, "litellm", None)
@@ -155,6 +157,8 @@ def test_query_llm_records_usage_never_keys(call, monkeypatch):
     fake = types.ModuleType("litellm")
     seen = {}
 
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+
     def completion(model, messages, max_tokens):
         seen.update(model=model, messages=messages)
         if messages[-1]["content"] == "fail":
@@ -164,6 +168,7 @@ def test_query_llm_records_usage_never_keys(call, monkeypatch):
                                      usage=types.SimpleNamespace(prompt_tokens=12, completion_tokens=3))
 
     fake.completion = completion
+    fake.validate_environment = lambda model: {"missing_keys": []}
     fake.completion_cost = lambda completion_response: 0.0004
     monkeypatch.setitem(sys.modules, "litellm", fake)
     answer = ok(call("query_llm", prompt="what next?", system="be brief", max_tokens=50))

@@ -1,11 +1,12 @@
-"""`iteration_bound`: a lower bound on `simulate`'s iteration time of one parallel layout under every
-legal setting of its feature knobs (FP8, recompute, MoE backend and sync-free stages, DP sharding), so
-a search can skip a layout whose bound already loses without simulating any of its points.
+"""`iteration_bound`: a lower bound on `simulate`'s iteration time of a layout under every recompute
+mode and, optionally, every legal setting of its other feature knobs (FP8, MoE backend and sync-free
+stages, DP sharding), so a search can skip whole layouts, or points, whose bound already loses.
 
 It takes simulate's own steps on the fastest version of each piece, and no step can raise it:
-- Blocks: FSDP only adds its traffic and sync-free stages only take time away (layers.py), so they are
-  set off and all on; each block's F, B and W is the least over FP8 and DeepEP on and off; recompute,
-  which only adds backward work, is left out. Stage times are sums of these.
+- Blocks: recompute only adds backward work: it is left out. Over the other knobs, FSDP only adds its
+  traffic and sync-free stages only take time away (layers.py): they are set off and all on; FP8 and
+  DeepEP can go either way: each block's F, B and W is the least over both settings of each. Stage
+  times are sums of these.
 - Pipeline ends: up to 3p micro-batches (p = PP) they come from the exact timeline (an op starts when
   its rank is free and its dependency has arrived), which cannot end earlier when an op gets longer.
   Beyond, simulate extrapolates lo + k·(hi - lo) = hi + (k-1)·(hi - lo) from the runs of 2p (lo)
@@ -34,6 +35,7 @@ from .simulate import (
     _ctx,
     _layout_blocks,
     _optimizer_ms,
+    _params,
     _Pipeline,
     _pipeline_ends,
     _rank_chunks,
@@ -45,37 +47,39 @@ from .work import Work
 ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
 
 
-def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec,
-                    consts: Constants | None = None) -> float:
+def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None = None,
+                    *, any_knobs: bool = True) -> float:
     """A lower bound on `simulate(model, c, cluster, consts).iteration_ms` for every legal `c` that differs
-    from `cfg` only in FP8, recompute, MoE backend, sync-free stages or DP sharding."""
+    from `cfg` only in recompute or, with `any_knobs`, in any feature knob (also FP8, MoE backend,
+    sync-free stages and DP sharding)."""
     world = cluster.world_size
     pl = _Pipeline.of(cfg, world)
-    moe_ep = model.is_moe and cfg.ep > 1
-    knobs = {"fp8": None, "use_turbo_deepep": False, "use_torch_fsdp2": False,
-             "sync_free_stage": MAX_SYNC_FREE_STAGE if moe_ep else 0}
-    ctx = _ctx(arch_of(model), cfg.model_copy(update=knobs), cluster, consts or constants(cluster.gpu), pl.dp)
+    if any_knobs:  # FSDP off, every sync-free stage on; FP8 and DeepEP off here, both tried in `_fastest_blocks`
+        cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "fp8": None, "use_turbo_deepep": False,
+                                     "sync_free_stage": MAX_SYNC_FREE_STAGE if model.is_moe and cfg.ep > 1 else 0})
+    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp)
+    blocks = (_fastest_blocks if any_knobs else _layout_blocks)(model, ctx, pl.p > 1)
     chunks = _chunks(model.moe_layer_pattern, pl.V, pl.v > 1, False, None)
-    blocks = _fastest_blocks(model, ctx, pl.p)
     f, b, w = _stage_times(chunks, blocks, False)
     ends = _ends_bound(ctx, cfg, world, pl, f, b, w)
-    return (1 - ROUNDING) * max(
-        end + _optimizer_ms(ctx, *_rank_params(chunks, blocks, mine), pl.dp, pl.edp, sharded=True)
-        for end, mine in zip(ends, _rank_chunks(pl.schedule, pl.p, pl.V))
-    )
+    weights = _rank_params(chunks, _params(blocks), _rank_chunks(pl.schedule, pl.p, pl.V))
+    return (1 - ROUNDING) * max(end + _optimizer_ms(ctx, dense, expert, pl.dp, pl.edp, sharded=True)
+                                for end, (dense, expert) in zip(ends, weights))
 
 
 @lru_cache(maxsize=4096)
-def _fastest_blocks(model: ModelArch, ctx: Ctx, p: int) -> tuple[_Block, ...]:
+def _fastest_blocks(model: ModelArch, ctx: Ctx, piped: bool) -> tuple[_Block, ...]:
     """Per block, the least F, B and W over FP8 and DeepEP on and off (where legal) in context `ctx`."""
     fp8s = (False, True) if ctx.gpu.has_fp8 else (False,)
     deepeps = (False, True) if ctx.ep > 1 else (False,)
-    variants = [_layout_blocks(model, replace(ctx, fp8=fp8, deepep=deepep), p) for fp8, deepep in product(fp8s, deepeps)]
+    variants = [_layout_blocks(model, replace(ctx, fp8=fp8, deepep=deepep), piped)
+                for fp8, deepep in product(fp8s, deepeps)]
     return tuple(_fastest(versions) for versions in zip(*variants))
 
 
 def _fastest(versions: tuple[_Block, ...]) -> _Block:
-    """The least F, B and W of one block over its versions (their weights are the same); no recompute."""
+    """The least F, B and W of one block over its versions (their weights are the same); no recompute, and
+    no split by component (the bound is never broken down)."""
     return _Block(Work(), min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions),
                   0.0, versions[0].params)
 
@@ -86,11 +90,17 @@ def _ends_bound(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: _Pipeline, f: tu
     p, m = pl.p, pl.m
     if p == 1 or m <= 3 * p:
         return _pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
-    tails = _tails(pl.schedule, p, pl.v)
-    if tails is None:  # no embedding of the 2p order: no bound
+    return extrapolation_bound(pl.schedule, p, pl.v, m, _pipeline_ends(ctx, cfg, world, pl, 3 * p, f, b, w), f, b, w)
+
+
+def extrapolation_bound(schedule: str, p: int, v: int, m: int, hi: tuple[float, ...], f: tuple[float, ...],
+                        b: tuple[float, ...], w: tuple[float, ...]) -> tuple[float, ...]:
+    """Per rank, a lower bound on `rank_end_times` of m > 3p micro-batches from `hi`, its exact ends of 3p:
+    hi + (k-1)·tail (module docstring); zeros where the 2p order does not embed in the 3p one."""
+    tails = _tails(schedule, p, v)
+    if tails is None:
         return (0.0,) * p
-    hi = _pipeline_ends(ctx, cfg, world, pl, 3 * p, f, b, w)
-    folded = b if pl.schedule in SPLIT_BACKWARD else tuple(x + y for x, y in zip(b, w))  # B runs W there
+    folded = b if schedule in SPLIT_BACKWARD else tuple(x + y for x, y in zip(b, w))  # B runs W there
     durations = f + folded + w
     k = (m - 2 * p) / p
     return tuple(end + (k - 1) * sum(n * d for n, d in zip(counts, durations)) for end, counts in zip(hi, tails))

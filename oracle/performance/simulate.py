@@ -15,6 +15,7 @@ from ..layout import data_parallel, expert_data_parallel, num_microbatches, stag
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .arch import Arch, arch_of
 from .calibration import Constants, constants
+from .comm import Net
 from .context import E_BYTES, Ctx
 from .flops import model_flops_per_token
 from .layers import embedding, mtp_module, output_head, transformer_layer
@@ -165,12 +166,17 @@ def _optimizer_ms(ctx: Ctx, dense: float, expert: float, dp: int, edp: int, *, s
 
 def _p2p(ctx: Ctx, cfg: EffectiveConfig, world: int, schedule: str, V: int) -> tuple[float, ...]:
     """Send/recv time across each virtual-stage boundary (activations, sharded over TP)."""
-    nbytes = ctx.tokens * ctx.arch.h * E_BYTES / cfg.tp
-    stride, gpn = world // cfg.pp, ctx.gpus_per_node
+    return _p2p_times(ctx.net, ctx.tokens * ctx.arch.h * E_BYTES / cfg.tp, world // cfg.pp, ctx.gpus_per_node,
+                      schedule, cfg.pp, V)
+
+
+@lru_cache(maxsize=4096)
+def _p2p_times(net: Net, nbytes: float, stride: int, gpn: int, schedule: str, p: int, V: int) -> tuple[float, ...]:
+    """`_p2p` of `nbytes` per transfer, pipeline ranks `stride` apart."""
     out = []
     for k in range(V - 1):
-        r1, r2 = rank_of(schedule, cfg.pp, k), rank_of(schedule, cfg.pp, k + 1)
-        out.append(0.0 if r1 == r2 else ctx.net.p2p(nbytes, (r1 * stride) // gpn != (r2 * stride) // gpn))
+        r1, r2 = rank_of(schedule, p, k), rank_of(schedule, p, k + 1)
+        out.append(0.0 if r1 == r2 else net.p2p(nbytes, (r1 * stride) // gpn != (r2 * stride) // gpn))
     return tuple(out)
 
 
@@ -194,22 +200,26 @@ class _Pipeline:
                    max(1, num_microbatches(cfg, world)), schedule, p, v, virtual_stages(schedule, p, v))
 
 
-def _layout_blocks(model: ModelArch, ctx: Ctx, p: int) -> tuple[_Block, _Block, _Block, _Block]:
-    """`_blocks` of this model's layers, MTP modules and head at this PP."""
-    return _blocks(ctx, ctx.arch.mtp_layers, bool(model.moe_layer_pattern[-1]), ctx.arch.untied or p > 1)
+def _layout_blocks(model: ModelArch, ctx: Ctx, piped: bool) -> tuple[_Block, _Block, _Block, _Block]:
+    """`_blocks` of this model's layers, MTP modules and head, with or without pipeline parallelism."""
+    return _blocks(ctx, ctx.arch.mtp_layers, bool(model.moe_layer_pattern[-1]), ctx.arch.untied or piped)
 
 
 def _stage_times(chunks: tuple[_Chunk, ...], blocks: tuple[_Block, ...],
                  selective: bool) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch."""
-    f, b, w = [], [], []
-    for ch in chunks:
-        coef = _coefficients(ch)
-        f.append(sum(k * x.f for k, x in zip(coef, blocks)))
-        b.append(sum(k * (x.b + (x.sel if selective else 0.0)) for k, x in zip(coef, blocks))
-                 + ch.recompute_dense * blocks[0].f + ch.recompute_moe * blocks[1].f)
-        w.append(sum(k * x.w for k, x in zip(coef, blocks)))
-    return tuple(f), tuple(b), tuple(w)
+    times = {ch: _chunk_times(ch, blocks, selective) for ch in set(chunks)}  # chunks repeat: each once
+    f, b, w = zip(*(times[ch] for ch in chunks))
+    return f, b, w
+
+
+def _chunk_times(ch: _Chunk, blocks: tuple[_Block, ...], selective: bool) -> tuple[float, float, float]:
+    """F, B (with recompute) and W ms of one micro-batch through one virtual stage."""
+    coef = _coefficients(ch)
+    f = sum(k * x.f for k, x in zip(coef, blocks))
+    b = (sum(k * (x.b + (x.sel if selective else 0.0)) for k, x in zip(coef, blocks))
+         + ch.recompute_dense * blocks[0].f + ch.recompute_moe * blocks[1].f)
+    return f, b, sum(k * x.w for k, x in zip(coef, blocks))
 
 
 def _pipeline_ends(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: _Pipeline, m: int, f: tuple[float, ...],
@@ -221,29 +231,37 @@ def _pipeline_ends(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: _Pipeline, m:
     return rank_end_times(pl.schedule, pl.p, pl.v, m, f, b, w, _p2p(ctx, cfg, world, pl.schedule, pl.V))
 
 
-def _rank_params(chunks: tuple[_Chunk, ...], blocks: tuple[_Block, ...], mine: tuple[int, ...]) -> tuple[float, float]:
-    """(dense-sharded, expert) weights held by the rank that runs virtual stages `mine`."""
-    dense = sum(k * x.params[0] for i in mine for k, x in zip(_coefficients(chunks[i]), blocks))
-    expert = sum(k * x.params[1] for i in mine for k, x in zip(_coefficients(chunks[i]), blocks))
-    return dense, expert
+@lru_cache(maxsize=4096)
+def _rank_params(chunks: tuple[_Chunk, ...], params: tuple[tuple[float, float], ...],
+                 ranks: tuple[tuple[int, ...], ...]) -> tuple[tuple[float, float], ...]:
+    """(dense-sharded, expert) weights of each rank, from each block's (`params`) and each rank's stages."""
+    return tuple((sum(k * x[0] for i in mine for k, x in zip(_coefficients(chunks[i]), params)),
+                  sum(k * x[1] for i in mine for k, x in zip(_coefficients(chunks[i]), params))) for mine in ranks)
 
 
-def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None = None) -> PerfEstimate:
-    """Projected iteration time, throughput and breakdown of a (legal) layout."""
+def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None = None, *,
+             compute_scale: tuple[tuple[float, float], tuple[float, float]] | None = None) -> PerfEstimate:
+    """Projected iteration time, throughput and breakdown of a (legal) layout.
+
+    `compute_scale` ((dense fwd, dense bwd), (MoE fwd, MoE bwd)) multiplies the compute of each
+    transformer-layer kind (benchmark mode: measured / analytic); communication stays as projected."""
     world = cluster.world_size
     pl = _Pipeline.of(cfg, world)
     ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp)
     full = cfg.recompute_granularity == "full"
     block = cfg.recompute_num_layers if full and cfg.recompute_method == "block" else None
     chunks = _chunks(model.moe_layer_pattern, pl.V, pl.v > 1, full, block)
-    blocks = _layout_blocks(model, ctx, pl.p)
+    blocks = _layout_blocks(model, ctx, pl.p > 1)
+    if compute_scale is not None:
+        dense, moe = compute_scale
+        blocks = (_rescaled(blocks[0], *dense), _rescaled(blocks[1], *moe), blocks[2], blocks[3])
     selective = cfg.recompute_granularity == "selective"
     f, b, w = _stage_times(chunks, blocks, selective)
     m = pl.m
     ends = _pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
     best = None
-    for r, mine in enumerate(_rank_chunks(pl.schedule, pl.p, pl.V)):
-        dense, expert = _rank_params(chunks, blocks, mine)
+    ranks = _rank_chunks(pl.schedule, pl.p, pl.V)
+    for r, (mine, (dense, expert)) in enumerate(zip(ranks, _rank_params(chunks, _params(blocks), ranks))):
         fwd = sum(f[i] for i in mine)
         bwd = sum(b[i] + w[i] for i in mine)
         dp_exposed, opt = _dp_and_optimizer(ctx, cfg, dense, expert, pl.dp, pl.edp, fwd, bwd)
@@ -253,6 +271,11 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
     iteration, mine, dp_exposed, opt, bubble = best
     breakdown = _breakdown([chunks[i] for i in mine], blocks, selective, m, dp_exposed, opt, bubble)
     return _estimate(model, cfg, cluster, iteration, breakdown)
+
+
+def _params(blocks: tuple[_Block, ...]) -> tuple[tuple[float, float], ...]:
+    """Each block's (dense-sharded, expert) weights."""
+    return tuple(x.params for x in blocks)
 
 
 @lru_cache(maxsize=1024)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -10,21 +11,46 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from oracle.inputs import load_cluster, load_workload
 
+from ..investigator.models import InvestigatorOptions
 from ..tune import TuneOptions, tune
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer no smaller than `minimum`."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, got {value}")
+        return value
+    return parse
+
+
 def register(verbs: argparse._SubParsersAction) -> None:
-    p = verbs.add_parser("tune", help="seed plan, sweep and artifacts for one workload on one cluster")
+    p = verbs.add_parser("tune", help="seed plan, LLM investigator, sweep and artifacts for one workload on one "
+                                      "cluster")
     p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
     p.add_argument("--target-cluster", required=True, help="target cluster YAML")
     p.add_argument("--out-dir", required=True, help="folder for ledger.sqlite and the artifacts")
     p.add_argument("--seed-only", action="store_true", help="stop after the seed plan")
-    p.add_argument("--sweep", action="store_true", help="also score the whole legal space")
-    p.add_argument("--seed-budget", type=int, help="max seed candidates (default: the cluster's max_perf_calls)")
+    p.add_argument("--sweep", action="store_true", help="also score the whole legal space (the reference optimum)")
+    p.add_argument("--seed-budget", type=int,
+                   help="max seed simulate calls (default: the cluster's max_perf_calls, half of it when the LLM "
+                        "phase runs)")
     p.add_argument("--resume", action="store_true", help="continue the open run in --out-dir's ledger")
-    p.add_argument("--dry-run", action="store_true", help="synthetic metrics: exercise the loop without the oracle")
+    p.add_argument("--dry-run", action="store_true",
+                   help="LLM phase with a scripted LM on the real tools: checks an install offline, with no key")
     p.add_argument("--jobs", type=int, help="sweep worker processes (default: all cores)")
     p.add_argument("--top-k", type=int, default=10, help="sweep winners to keep")
+    llm = p.add_argument_group("LLM phase (LLM_MODEL or agent.llm.model, with the provider's key)")
+    llm.add_argument("--agent-loop", choices=("react", "rlm"), default="react",
+                     help="dspy.ReAct (default) or dspy.RLM (needs Deno, or --allow-local-interpreter)")
+    llm.add_argument("--rounds", type=_at_least(0), help="investigation rounds (default: the cluster's max_rounds)")
+    llm.add_argument("--calls-per-round", type=_at_least(1), default=8,
+                     help="tool calls per round (default: %(default)s)")
+    llm.add_argument("--patience", type=_at_least(1), default=8,
+                     help="stop after this many simulate calls without a better layout (default: %(default)s)")
+    llm.add_argument("--allow-local-interpreter", action="store_true",
+                     help="let dspy.RLM run LLM-written code UNSANDBOXED on this machine (no Deno needed)")
     p.set_defaults(handler=_run)
 
 
@@ -32,13 +58,17 @@ def _run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     workload = load_workload(args.workload)
     cluster = load_cluster(args.target_cluster)
+    investigator = InvestigatorOptions(agent_loop=args.agent_loop, rounds=args.rounds,
+                                       calls_per_round=args.calls_per_round, patience=args.patience,
+                                       allow_local_interpreter=args.allow_local_interpreter)
     options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
-                          resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k)
+                          resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
+                          investigator=investigator)
     with Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task("sweep", total=None)
         outcome = tune(workload, cluster, Path(args.out_dir), options, workload_file=args.workload,
-                       note=lambda line: console.print(line, highlight=False),
+                       cluster_file=args.target_cluster, note=lambda line: console.print(line, highlight=False),
                        progress=lambda done, total: bar.update(task, completed=done, total=total))
     out = Console()
     if outcome.winner is None:
@@ -52,6 +82,6 @@ def _run(args: argparse.Namespace) -> int:
                   f"{outcome.sweep_best:,.1f} over {outcome.space_size:,} legal points")
     out.print("\n".join(outcome.env_exports), highlight=False)
     out.print(outcome.launch_command, highlight=False, soft_wrap=True)
-    out.print(f"artifacts in {args.out_dir}: ledger.sqlite trials.jsonl summary.json trials.png trials/ "
-              f"winner.env launch.sh", highlight=False)
+    out.print(f"artifacts in {args.out_dir}: ledger.sqlite trials.jsonl summary.json scratchpad.txt trials.png "
+              f"trials/ winner.env launch.sh", highlight=False)
     return 0

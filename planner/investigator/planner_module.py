@@ -1,0 +1,65 @@
+"""The planner: a hypothesis and 5-8 cross-axis candidates, each then checked for free and simulated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dspy
+
+from .gate import ToolGate
+from .mcp_client import ToolCallError
+from .models import CandidateOutcome, PlanReport
+from .signatures import PlanLayouts
+
+MAX_CANDIDATES = 8
+
+
+class Planner(dspy.Module):
+    """Reads the run and proposes layouts to simulate, best expected first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.propose = dspy.ChainOfThought(PlanLayouts)
+
+    def forward(self, **inputs: str) -> dspy.Prediction:
+        return self.propose(**inputs)
+
+
+def evaluate_candidate(gate: ToolGate, config: Any) -> CandidateOutcome:
+    """A free memory check, then (legal and fitting) one simulate call; rejections keep their reasons."""
+    if not isinstance(config, dict):
+        return CandidateOutcome(config=config, status="rejected", reasons=["not a TrialConfig object"])
+    try:
+        memory = gate.call("evaluate_memory_only", config=config)
+    except ToolCallError as exc:
+        return CandidateOutcome(config=config, status="rejected", reasons=[str(exc)])
+    result = memory["result"]
+    if not result["legal"]:
+        return CandidateOutcome(config=config, status="rejected", trial_id=memory["trial_id"],
+                                reasons=[v["message"] for v in result["violations"]])
+    if not result["fits"]:
+        return CandidateOutcome(config=config, status="rejected", trial_id=memory["trial_id"], reasons=[
+            f"needs {result['memory_per_gpu_gb']:.1f} GiB per GPU, {result['memory_cap_gb']:.1f} GiB usable"])
+    try:
+        simulated = gate.call("evaluate_simulate", config=config)
+    except ToolCallError as exc:
+        return CandidateOutcome(config=config, status="skipped", reasons=[str(exc)])
+    return CandidateOutcome(config=config, status="simulated", trial_id=simulated["trial_id"],
+                            tokens_per_s_per_gpu=simulated["result"]["tokens_per_s_per_gpu"])
+
+
+def plan(gate: ToolGate, inputs: dict[str, str]) -> PlanReport:
+    """Ask the planner and evaluate its first MAX_CANDIDATES candidates in its order."""
+    prediction = Planner()(**inputs)
+    outcomes = [evaluate_candidate(gate, c) for c in prediction.candidates[:MAX_CANDIDATES]]
+    return PlanReport(hypothesis=prediction.hypothesis, candidates=outcomes)
+
+
+def plan_note(report: PlanReport) -> str:
+    """The scratchpad note of a plan: the hypothesis and what became of each candidate."""
+    lines = [f"plan: {report.hypothesis}"]
+    for c in report.candidates:
+        outcome = (f"{c.tokens_per_s_per_gpu:,.1f} tokens/s/GPU" if c.tokens_per_s_per_gpu is not None
+                   else c.status)
+        lines.append(f"- {c.config}: {outcome}{': ' + '; '.join(c.reasons) if c.reasons else ''}")
+    return "\n".join(lines)

@@ -1,0 +1,163 @@
+"""The DSPy client against a real `paratune serve` (stdio, and HTTP by URL) with DummyLM: a full run,
+budget exhaustion, a stalled incumbent, malformed output, illegal proposals, RLM rounds through the
+local interpreter, RLM refused without a sandbox, and no oracle import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from dspy.utils import DummyLM
+
+from ledger import Ledger
+from planner.investigator.mcp_client import ServerConnection
+
+from .test_investigator_common import FITS, inputs, investigate_with, origins, plan_answer, served, step, summary
+from .test_server_transports import http_server
+
+
+def test_full_run_records_plan_rounds_notes_and_the_winner(tmp_path):
+    answers = [
+        plan_answer(FITS[:4] + [{"tp": 3}]),
+        step("read_scratchpad"), step("evaluate_simulate", {"config": FITS[4]}),
+        step("note_to_scratchpad", {"text": "pp=2 costs a pipeline bubble"}), step("finish"),
+        summary("pp=2 is slower", "try cp=2 with fp8"),
+        step("evaluate_memory_only", {"config": {"cp": 2, "fp8": "hybrid"}}),
+        step("evaluate_simulate", {"config": {"cp": 2, "fp8": "hybrid"}}), step("finish"),
+        summary("cp=2 with fp8 fits", "nothing left to try"),
+    ]
+    with served(tmp_path, rounds=2, extras="prefer fp8") as (server, ledger, run_id):
+        report = investigate_with(server, ledger, run_id, DummyLM(answers), calls_per_round=4)
+        by_origin = origins(ledger, run_id)
+        notes = [n.text for n in ledger.notes(run_id)]
+        best = server.call("get_best")
+        calls = ledger.llm_calls(run_id)
+
+    assert [c.status for c in report.plan.candidates] == ["simulated"] * 4 + ["rejected"]
+    assert {t.config_key for t in by_origin["llm:plan"] if t.fidelity == "simulate"} == \
+        {t.config_key for t in by_origin["llm:plan"] if t.fidelity == "memory_only" and t.fits}
+    assert len([t for t in by_origin["llm:plan"] if t.fidelity == "simulate"]) == 4
+    assert [t.fidelity for t in by_origin["llm:round1"]] == ["simulate"]
+    assert sorted(t.fidelity for t in by_origin["llm:round2"]) == ["memory_only", "simulate"]
+    assert [(r.status, r.tool_calls) for r in report.rounds] == [("ok", 3), ("ok", 2)]
+    assert "pp=2 costs a pipeline bubble" in notes
+    assert notes[0].startswith("plan: fp8 and a wider TP should pay") and "round 2: cp=2 with fp8 fits" in notes[-1]
+    assert report.hypotheses == ["fp8 and a wider TP should pay", "try cp=2 with fp8", "nothing left to try"]
+    assert report.best_tokens_per_s_per_gpu == best["result"]["tokens_per_s_per_gpu"]
+    assert best["origin"].startswith("llm:") and report.stop_reason == "2 round(s) done"
+    assert len(calls) == report.llm_calls == len(answers) and {c.model for c in calls} == {"dummy"}
+
+
+def test_an_exhausted_budget_ends_the_phase_cleanly(tmp_path):
+    with served(tmp_path, budget=2) as (server, ledger, run_id):
+        report = investigate_with(server, ledger, run_id, DummyLM([plan_answer(FITS[:4])]))
+        spent = server.call("get_budget_status")["fidelities"]["simulate"]
+        simulated = [t for t in ledger.trials(run_id) if t.fidelity == "simulate"]
+    assert [c.status for c in report.plan.candidates] == ["simulated", "simulated", "skipped", "skipped"]
+    assert "the simulate budget is spent" in report.plan.candidates[2].reasons[0]
+    assert report.rounds == [] and report.stop_reason == "the simulate budget is spent"
+    assert spent["spent"] == spent["limit"] == len(simulated) == 2 and report.llm_calls == 1
+
+
+def test_the_phase_stops_when_the_incumbent_stalls(tmp_path):
+    stalls = [FITS[0], FITS[3], FITS[4], FITS[5]]  # fp8 first; cp=2, pp=2 and full recompute are all slower
+    with served(tmp_path, rounds=3) as (server, ledger, run_id):
+        report = investigate_with(server, ledger, run_id, DummyLM([plan_answer(stalls)]), patience=2)
+    assert [c.status for c in report.plan.candidates] == ["simulated", "simulated", "simulated", "skipped"]
+    assert report.rounds == [] and report.stop_reason == "no better layout in the last 2 simulate calls"
+    assert report.best_tokens_per_s_per_gpu == report.plan.candidates[0].tokens_per_s_per_gpu
+
+
+def test_malformed_output_fails_that_step_and_the_next_round_goes_on(tmp_path):
+    answers = [
+        plan_answer("}{ not json"), {"answer": "still not json"},  # ChatAdapter, then its JSON fallback
+        step("read_scratchpad"), {"next_thought": "x", "next_tool_name": "get_best", "next_tool_args": "[1, 2"},
+        {"answer": "nor this"},
+        step("evaluate_simulate", {"config": FITS[0]}), step("finish"), summary("fp8 helps", "more fp8"),
+    ]
+    with served(tmp_path, rounds=2) as (server, ledger, run_id):
+        report = investigate_with(server, ledger, run_id, DummyLM(answers), calls_per_round=3)
+        notes = [n.text for n in ledger.notes(run_id)]
+        by_origin = origins(ledger, run_id)
+    assert report.plan.error and "AdapterParseError" in report.plan.error
+    assert [r.status for r in report.rounds] == ["failed", "ok"]
+    assert "AdapterParseError" in report.rounds[0].error and report.rounds[0].tool_calls == 1
+    assert notes[0].startswith("plan failed: AdapterParseError") and notes[1].startswith("round 1 failed")
+    assert "llm:round2" in by_origin and report.rounds[1].findings == "fp8 helps"
+
+
+def test_illegal_proposals_are_rejected_with_their_reasons_and_the_loop_goes_on(tmp_path):
+    answers = [
+        plan_answer([{"tp": 3}, {"tensor_parallel": 2}, {"mbs": 4}, FITS[0]]),
+        step("evaluate_simulate", {"config": {"tp": 3}}), step("evaluate_simulate", {"config": FITS[1]}),
+        step("finish"), summary("tp=3 is illegal on 2 GPUs", "stay at tp<=2"),
+    ]
+    with served(tmp_path, rounds=1) as (server, ledger, run_id):
+        report = investigate_with(server, ledger, run_id, DummyLM(answers))
+        by_origin = origins(ledger, run_id)
+        budget = server.call("get_budget_status")["fidelities"]["simulate"]
+    illegal, unknown, too_big, fine = report.plan.candidates
+    assert illegal.status == "rejected" and any("TP=3 does not divide" in r for r in illegal.reasons)
+    assert unknown.status == "rejected" and "config.tensor_parallel: unknown key" in unknown.reasons[0]
+    assert too_big.status == "rejected" and too_big.reasons[0].startswith("needs 174.5 GiB per GPU")
+    assert fine.status == "simulated"
+    plan_rejects = [t for t in by_origin["llm:plan"] if not t.legal]
+    assert len(plan_rejects) == 1 and plan_rejects[0].result.violations
+    round_trials = by_origin["llm:round1"]
+    assert [t.legal for t in round_trials] == [False, True] and report.rounds[0].status == "ok"
+    assert budget["spent"] == 2  # the plan's fitting candidate and the round's legal one; illegal ones are free
+
+
+def test_rlm_rounds_through_the_local_interpreter_and_a_broken_sandbox_ends_the_phase(tmp_path):
+    code = ("```python\nr = evaluate_simulate(config={'tp': 2, 'fp8': 'hybrid'})\n"
+            "print(r['result']['legal'], r['cached'])\n```")
+    answers = [
+        plan_answer(FITS[:1]),
+        {"reasoning": "probe tp=2 with fp8", "code": code},
+        {"reasoning": "noted", "code": "note_to_scratchpad(text='rlm: tp=2 fp8 probed')\n"
+                                        "SUBMIT(findings='tp=2 with fp8 is legal', next_hypothesis='cp=2')"},
+        {"reasoning": "the worker dies", "code": "import os\nos._exit(3)"},  # round 2: the sandbox breaks
+    ]
+    notes: list[str] = []
+    with served(tmp_path, rounds=3) as (server, ledger, run_id):
+        report = investigate_with(server, ledger, run_id, DummyLM(answers), notes, agent_loop="rlm",
+                                  allow_local_interpreter=True, calls_per_round=4)
+        by_origin = origins(ledger, run_id)
+        scratchpad = [n.text for n in ledger.notes(run_id)]
+    assert notes[0].startswith("WARNING: --allow-local-interpreter")
+    [done] = report.rounds
+    assert (done.status, done.findings, done.next_hypothesis) == ("ok", "tp=2 with fp8 is legal", "cp=2")
+    assert [t.config["tp"] for t in by_origin["llm:round1"]] == [2] and done.simulate_calls == 1
+    assert "rlm: tp=2 fp8 probed" in scratchpad and report.llm_calls == 4
+    assert report.stop_reason.startswith("the code sandbox failed in round 2: CodeInterpreterError")
+    assert scratchpad[-1] == report.stop_reason
+
+
+def test_the_client_never_imports_the_oracle():
+    probe = ("import importlib, pkgutil, sys, planner.investigator as p\n"
+             "[importlib.import_module('planner.investigator.' + m.name) for m in pkgutil.iter_modules(p.__path__)]\n"
+             "print(sorted({m.split('.')[0] for m in sys.modules} & {'oracle', 'ledger', 'server'}))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_rlm_without_a_sandbox_is_refused_before_any_work(tmp_path):
+    workload, cluster = inputs(tmp_path / "inputs")
+    paratune = str(Path(sys.executable).parent / "paratune")
+    proc = subprocess.run([paratune, "tune", "--workload", str(workload), "--target-cluster", str(cluster),
+                           "--out-dir", str(tmp_path / "out"), "--dry-run", "--agent-loop", "rlm"],
+                          capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 2 and "deno is not on PATH" in proc.stderr and "--allow-local-interpreter" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_client_reaches_a_server_by_url_with_a_bearer_token(tmp_path):
+    token = "investigator-token-0123456789"
+    with http_server(tmp_path, "--token", token) as url, ServerConnection(url, token=token) as server, \
+            Ledger(tmp_path / "paratune-ledger.sqlite") as ledger:
+        run_id = server.call("get_budget_status")["run_id"]
+        report = investigate_with(server, ledger, run_id, DummyLM([plan_answer([{"tp": 3}])]), rounds=0)
+        notes = [n.text for n in ledger.notes(run_id)]
+    assert len(server.tools) == 17 and report.plan.candidates[0].status == "rejected"
+    assert notes[0].startswith("plan: ") and report.llm_calls == 1

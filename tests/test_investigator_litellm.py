@@ -1,0 +1,140 @@
+"""The real LiteLLM path: LLM configuration precedence, and the client against a loopback
+OpenAI-compatible endpoint with scripted chat responses (end to end through `tune`, and a 500)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from oracle.inputs import load_cluster, load_workload
+from planner.investigator.llm_config import LLMConfig, LLMNotConfigured, build_lm, resolve_llm
+from planner.investigator.models import InvestigatorOptions
+from planner.tune import TuneOptions, tune
+
+from .test_investigator_common import FITS, inputs, investigate_with, plan_answer, served, step, summary
+
+KEY = "sk-loopback-" + "0123456789abcdef" * 2  # key-shaped, so a leak into any artifact is easy to find
+LLM_VARIABLES = ("LLM_MODEL", "OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY")
+
+
+def chat_text(fields: dict[str, Any]) -> str:
+    """An answer in DSPy's ChatAdapter format."""
+    body = "".join(f"[[ ## {k} ## ]]\n{v if isinstance(v, str) else json.dumps(v)}\n\n" for k, v in fields.items())
+    return body + "[[ ## completed ## ]]"
+
+
+@contextmanager
+def loopback(script: list[dict[str, Any] | int]) -> Iterator[list[dict[str, Any]]]:
+    """/v1/chat/completions on 127.0.0.1 answering `script` in order (an int is an HTTP error status);
+    sets OPENAI_API_BASE to it; yields the requests it received."""
+    requests: list[dict[str, Any]] = []
+    answers = iter(script)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+            answer = next(answers)
+            if isinstance(answer, int):
+                status, data = answer, {"error": {"message": "scripted failure", "type": "server_error"}}
+            else:
+                status, data = 200, {
+                    "id": f"chatcmpl-{len(requests)}", "object": "chat.completion", "created": 0,
+                    "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": chat_text(answer)}}],
+                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
+            raw = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(raw)))
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("OPENAI_API_BASE", f"http://127.0.0.1:{server.server_port}/v1")
+        try:
+            yield requests
+        finally:
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.fixture
+def clean_llm_env(monkeypatch):
+    for name in LLM_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_one_precedence_environment_first_and_credentials_decide(clean_llm_env):
+    env = clean_llm_env
+    # nothing named: the documented default, which still needs its key
+    with pytest.raises(LLMNotConfigured, match="openai/gpt-4o \\(from default\\) needs OPENAI_API_KEY"):
+        resolve_llm(None)
+    with pytest.raises(LLMNotConfigured, match="openai/gpt-4o .*needs OPENAI_API_KEY"):
+        resolve_llm("openai/gpt-4o")
+    env.setenv("OPENAI_API_KEY", KEY)
+    assert resolve_llm("openai/gpt-4o") == LLMConfig(model="openai/gpt-4o", source="cluster agent.llm.model")
+    env.setenv("LLM_MODEL", "anthropic/claude-sonnet-4-5")
+    with pytest.raises(LLMNotConfigured, match="from env LLM_MODEL.*needs ANTHROPIC_API_KEY"):
+        resolve_llm("openai/gpt-4o")
+    env.setenv("LLM_MODEL", "openai/local-model")
+    env.delenv("OPENAI_API_KEY")
+    env.setenv("OPENAI_API_BASE", "http://127.0.0.1:9/v1")
+    assert resolve_llm("openai/gpt-4o").api_base == "http://127.0.0.1:9/v1"
+
+
+def test_tune_runs_the_llm_phase_through_litellm_against_a_loopback_endpoint(tmp_path, clean_llm_env):
+    workload, cluster = inputs(tmp_path / "inputs", rounds=1, llm="openai/not-this-one")
+    script = [plan_answer(FITS[:2]), step("evaluate_simulate", {"config": FITS[2]}), step("finish"),
+              summary("tp=2 mbs=2 is close", "try cp=2")]
+    clean_llm_env.setenv("LLM_MODEL", "openai/loopback-model")
+    clean_llm_env.setenv("OPENAI_API_KEY", KEY)
+    out = tmp_path / "out"
+    with loopback(script) as requests:
+        outcome = tune(load_workload(workload), load_cluster(cluster), out,
+                       TuneOptions(investigator=InvestigatorOptions(calls_per_round=3)), workload_file=str(workload),
+                       cluster_file=str(cluster), note=lambda line: None)
+    assert outcome.llm_phase.startswith("done: openai/loopback-model (env LLM_MODEL), react, 1 round(s), 4 LLM calls")
+    assert [r["path"] for r in requests] == ["/v1/chat/completions"] * 4
+    assert {r["body"]["model"] for r in requests} == {"loopback-model"}
+    assert {r["auth"] for r in requests} == {f"Bearer {KEY}"}
+    summary_json = json.loads((out / "summary.json").read_text())
+    assert summary_json["hypotheses"] == ["fp8 and a wider TP should pay", "try cp=2"]
+    assert summary_json["investigation"]["rounds"][0]["simulate_calls"] == 1
+    assert "plan: fp8 and a wider TP should pay" in (out / "scratchpad.txt").read_text()
+    from ledger import Ledger
+
+    with Ledger(out / "ledger.sqlite") as ledger:
+        calls = ledger.llm_calls(outcome.run_id)
+    assert [(c.model, c.prompt_tokens, c.completion_tokens) for c in calls] == [("openai/loopback-model", 100, 20)] * 4
+    for path in out.rglob("*"):
+        assert not path.is_file() or KEY.encode() not in path.read_bytes(), path
+
+
+def test_a_provider_error_fails_that_round_and_the_next_goes_on(tmp_path, clean_llm_env):
+    clean_llm_env.setenv("LLM_MODEL", "openai/loopback-model")
+    script = [plan_answer(FITS[:1]), 500, step("evaluate_simulate", {"config": FITS[1]}), step("finish"),
+              summary("tp=2 with fp8 is slower", "done")]
+    with loopback(script) as requests, served(tmp_path, rounds=2) as (server, ledger, run_id):
+        lm = build_lm(resolve_llm(None), num_retries=0)
+        report = investigate_with(server, ledger, run_id, lm, calls_per_round=3)
+        notes = [n.text for n in ledger.notes(run_id)]
+        calls = ledger.llm_calls(run_id)
+    assert len(requests) == len(script)
+    assert [r.status for r in report.rounds] == ["failed", "ok"]
+    assert "InternalServerError" in report.rounds[0].error and any(n.startswith("round 1 failed") for n in notes)
+    assert report.rounds[1].simulate_calls == 1 and len(calls) == report.llm_calls == 4
