@@ -56,11 +56,11 @@ def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
 
 
 def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, *, budget: int,
-                    note: Callable[[str], None] = print,
+                    fidelity: Fidelity = "simulate", note: Callable[[str], None] = print,
                     progress: Callable[[int, int], None] | None = None) -> bool:
-    """Score the seed plan through the ledger: a free memory-only check first, then a budgeted
-    simulate call for each candidate that fits. True when the budget ran out. `progress(done, total)`
-    follows the candidates."""
+    """Score the seed plan through the ledger: a free memory-only check first, then a budgeted call at
+    `fidelity` (simulate, or benchmark for --profiling-mode benchmark) for each candidate that fits.
+    True when the budget ran out. `progress(done, total)` follows the candidates."""
     plan = seed_plan(workload, cluster)
     scored = 0
     for done, (origin, trial) in enumerate(plan, 1):
@@ -69,7 +69,7 @@ def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: Cl
         cfg = workload.effective(trial)
         if score(ledger, run_id, workload, cluster, cfg, "memory_only", origin=origin)[0].fits:
             try:
-                score(ledger, run_id, workload, cluster, cfg, "simulate", origin=origin)
+                score(ledger, run_id, workload, cluster, cfg, fidelity, origin=origin)
             except BudgetExhausted as exc:
                 note(f"seed plan stopped: {exc}")
                 return True

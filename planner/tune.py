@@ -7,11 +7,13 @@ import importlib.util
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from ledger import exports
 from ledger.store import Ledger
+from oracle.benchmark.gate import BenchmarkUnavailable, benchmark_device
 from oracle.errors import InputError
 from oracle.specs import ClusterSpec, EvalResult, Workload
 
@@ -33,6 +35,7 @@ class TuneOptions(BaseModel):
     dry_run: bool = False
     jobs: int | None = None
     top_k: int = 10
+    profiling_mode: Literal["simulate", "benchmark"] = "simulate"
     investigator: InvestigatorOptions = Field(default_factory=InvestigatorOptions)
 
 
@@ -92,7 +95,7 @@ def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, options: TuneOptions,
     start = time.perf_counter()
     try:
         with serve_run(files[0], files[1], ledger.path, run_id) as server:
-            done = server.call("run_seed_plan", budget=seed_budget)
+            done = server.call("run_seed_plan", budget=seed_budget, fidelity=options.profiling_mode)
             seeds = SeedOutcome(exhausted=done["budget_exhausted"], best=done["best_tokens_per_s_per_gpu"])
             timings["seed_s"] = time.perf_counter() - start
             report = investigate(server, build_lm(llm), options.investigator, model=llm.model, note=note,
@@ -116,13 +119,19 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
     problem = options.investigator.sandbox_problem() if isinstance(llm, LLMConfig) else None
     if problem:
         raise InputError(problem, key="--agent-loop")
+    if options.profiling_mode == "benchmark":
+        try:
+            benchmark_device(cluster, allow_cpu=False)
+        except BenchmarkUnavailable as exc:
+            raise InputError(str(exc), key="--profiling-mode") from None
     out_dir.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}
     start = time.perf_counter()
     with Ledger(out_dir / "ledger.sqlite") as ledger:
         run = ledger.open_run(workload, cluster, resume=options.resume)
         note(f"run {run.id} in {out_dir / 'ledger.sqlite'}")
-        perf_calls = cluster.budget.max_perf_calls
+        perf_calls = (cluster.budget.max_benchmark_calls if options.profiling_mode == "benchmark"
+                      else cluster.budget.max_perf_calls)
         reserve = int(perf_calls * LLM_SHARE) if isinstance(llm, LLMConfig) else 0
         seed_budget = options.seed_budget or perf_calls - reserve
         if isinstance(llm, LLMConfig):
@@ -131,7 +140,8 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
         else:
             seeds, report, status = None, None, llm
         if seeds is None:  # no LLM phase, or its server never started: score the seeds here
-            exhausted = score_seed_plan(ledger, run.id, workload, cluster, budget=seed_budget, note=note)
+            exhausted = score_seed_plan(ledger, run.id, workload, cluster, budget=seed_budget,
+                                        fidelity=options.profiling_mode, note=note)
             best_seed = ledger.best(run.id)
             seeds = SeedOutcome(exhausted=exhausted, best=best_seed.tokens_per_s_per_gpu if best_seed else None)
             timings["seed_s"] = time.perf_counter() - start

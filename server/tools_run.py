@@ -12,11 +12,12 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, Literal
 
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from ledger import BudgetLine
@@ -27,6 +28,7 @@ from planner.seed_plan import seed_plan
 from planner.sweep import sweep as run_sweep
 
 from .session import Session
+from .tools_eval import benchmark_unavailable
 
 PROGRESS_EVERY_S = 0.2  # at most this often a long tool sends a progress notification
 log = logging.getLogger(__name__)
@@ -108,13 +110,21 @@ def tools(session: Session) -> list[Callable]:
 
     async def run_seed_plan(ctx: Context,
                             budget: Annotated[int | None, Field(ge=1, le=10_000, description=(
-                                "max simulate calls; default the run's max_perf_calls"))] = None) -> SeedPlanReport:
+                                "max scored calls; default the run's budget for the fidelity"))] = None,
+                            fidelity: Annotated[Literal["simulate", "benchmark"], Field(description=(
+                                "simulate (analytic), or benchmark (measured on the local GPU)"))] = "simulate",
+                            ) -> SeedPlanReport:
         """Score the seed plan through the ledger, reporting progress."""
         a = session.active
         ledger, run_id = session.ledger, a.run.id
+        if fidelity == "benchmark":
+            reason = benchmark_unavailable(session)
+            if reason:
+                raise ToolError(reason)
+        limit = a.cluster.budget.max_benchmark_calls if fidelity == "benchmark" else a.cluster.budget.max_perf_calls
         before = len(ledger.trials(run_id))
         exhausted = await anyio.to_thread.run_sync(functools.partial(
-            score_seed_plan, ledger, run_id, a.workload, a.cluster, budget=budget or a.cluster.budget.max_perf_calls,
+            score_seed_plan, ledger, run_id, a.workload, a.cluster, budget=budget or limit, fidelity=fidelity,
             note=log.info, progress=_relay(ctx, "seed plan")))
         best = ledger.best(run_id)
         return SeedPlanReport(

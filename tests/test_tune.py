@@ -131,3 +131,29 @@ def test_resume_reuses_trials_without_spending_budget(tmp_path):
         spent = conn.execute("SELECT spent FROM budget_spend WHERE fidelity='simulate'").fetchone()[0]
         simulated = conn.execute("SELECT COUNT(*) FROM trials WHERE fidelity='simulate'").fetchone()[0]
     assert spent == simulated <= c.budget.max_perf_calls
+
+
+def test_profiling_mode_benchmark_without_a_gpu_is_a_clear_error(tmp_path):
+    proc = subprocess.run(args("llama8b", tmp_path, "--seed-only", "--profiling-mode", "benchmark"),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "--profiling-mode: cluster mi300x-1n says has_gpu: false" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_seed_plan_scores_at_benchmark_fidelity_through_the_same_path(tmp_path):
+    """score_seed_plan with fidelity='benchmark' spends the benchmark budget; here the CPU gate refuses,
+    and the refusal surfaces from the scorer (nothing recorded at benchmark fidelity)."""
+    import pytest
+
+    from ledger.store import Ledger
+    from oracle.benchmark import BenchmarkUnavailable
+    from planner.runs import score_seed_plan
+
+    w, c = example("llama8b")
+    gpu_cluster = c.model_copy(update={"has_gpu": True, "budget": c.budget.model_copy(update={"max_benchmark_calls": 2})})
+    with Ledger(tmp_path / "l.sqlite") as ledger:
+        run = ledger.open_run(w, gpu_cluster)
+        with pytest.raises(BenchmarkUnavailable, match="sees no GPU"):
+            score_seed_plan(ledger, run.id, w, gpu_cluster, budget=2, fidelity="benchmark", note=lambda _: None)
+        assert {t.fidelity for t in ledger.trials(run.id)} == {"memory_only"}

@@ -41,6 +41,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
                    help="LLM phase with a scripted LM on the real tools: checks an install offline, with no key")
     p.add_argument("--jobs", type=int, help="sweep worker processes (default: all cores)")
     p.add_argument("--top-k", type=int, default=10, help="sweep winners to keep")
+    p.add_argument("--profiling-mode", choices=("simulate", "benchmark"), default="simulate",
+                   help="score seeds analytically, or measured on the local GPU (max_benchmark_calls budget)")
     llm = p.add_argument_group("LLM phase (LLM_MODEL or agent.llm.model, with the provider's key)")
     llm.add_argument("--agent-loop", choices=("react", "rlm"), default="react",
                      help="dspy.ReAct (default) or dspy.RLM (needs Deno, or --allow-local-interpreter)")
@@ -63,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
                                        allow_local_interpreter=args.allow_local_interpreter)
     options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
                           resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
-                          investigator=investigator)
+                          profiling_mode=args.profiling_mode, investigator=investigator)
     with Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task("sweep", total=None)
