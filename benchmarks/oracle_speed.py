@@ -14,20 +14,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from shipped import shipped  # noqa: E402
 
 from oracle.evaluate import evaluate_memory_only, evaluate_simulate  # noqa: E402
-from oracle.inputs import load_cluster, load_workload  # noqa: E402
 from oracle.legality import legal_axes  # noqa: E402
 from oracle.specs import TrialConfig  # noqa: E402
-
-EXAMPLES = [
-    ("mixtral-8x22b-mi355x.yaml", "mi355x-4n.yaml"),
-    ("llama3-70b-h100.yaml", "h100-8n.yaml"),
-    ("deepseek-v3-h100.yaml", "h100-32n.yaml"),
-    ("llama3-8b-mi300x.yaml", "mi300x-1n.yaml"),
-]
 
 
 def grid(workload, cluster, limit: int) -> list[TrialConfig]:
@@ -57,9 +50,7 @@ def main() -> None:
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
     mem_rates, sim_rates = [], []
-    for wfile, cfile in EXAMPLES:
-        workload = load_workload(ROOT / "examples" / "workloads" / wfile)
-        cluster = load_cluster(ROOT / "examples" / "clusters" / cfile)
+    for workload, cluster in shipped():
         trials = grid(workload, cluster, 3000)
         mem = rate(evaluate_memory_only, workload, cluster, trials)
         # simulate on a different slice order so memory-pass caches of whole results cannot help it
