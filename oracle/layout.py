@@ -23,6 +23,7 @@ class Stage:
         return self.dense_layers + self.moe_layers
 
 
+@lru_cache(maxsize=4096)
 def stage_layer_counts(num_layers: int, pp: int) -> tuple[int, ...]:
     """Layers per stage: even when PP divides the layers, else ceil(L/PP) each and the rest on the last
     stage (Megatron's `decoder_last_pipeline_num_layers`); empty when no such split exists."""
@@ -51,21 +52,26 @@ def pipeline_stages(model: ModelArch, pp: int) -> tuple[Stage, ...]:
     return _stages(model.moe_layer_pattern, pp)
 
 
+def replicas(world: int, group: int) -> int:
+    """How many copies of a `group`-GPU model-parallel group fill `world`: 0 when it does not divide."""
+    return world // group if world % group == 0 else 0
+
+
 def data_parallel(cfg: EffectiveConfig, world: int) -> int:
     """DP of the attention/dense part: world / (TP·PP·CP), 0 when it does not divide."""
-    denom = cfg.tp * cfg.pp * cfg.cp
-    return world // denom if world % denom == 0 else 0
+    return replicas(world, cfg.tp * cfg.pp * cfg.cp)
 
 
 def expert_data_parallel(cfg: EffectiveConfig, world: int) -> int:
     """DP of the expert part: world / (ETP·EP·PP), 0 when it does not divide."""
-    denom = cfg.etp * cfg.ep * cfg.pp
-    return world // denom if world % denom == 0 else 0
+    return replicas(world, cfg.etp * cfg.ep * cfg.pp)
+
+
+def microbatch_count(gbs: int, mbs: int, dp: int) -> int:
+    """GBS / (MBS·DP), 0 when it does not divide (or DP is 0)."""
+    return gbs // (mbs * dp) if dp and gbs % (mbs * dp) == 0 else 0
 
 
 def num_microbatches(cfg: EffectiveConfig, world: int) -> int:
     """Micro-batches per iteration per pipeline: GBS / (MBS·DP), 0 when it does not divide."""
-    dp = data_parallel(cfg, world)
-    if not dp or cfg.gbs % (cfg.mbs * dp):
-        return 0
-    return cfg.gbs // (cfg.mbs * dp)
+    return microbatch_count(cfg.gbs, cfg.mbs, data_parallel(cfg, world))

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict
 
-from .layout import data_parallel, num_microbatches, stage_layer_counts
+from .identity_cache import by_identity
+from .layout import microbatch_count, replicas, stage_layer_counts
 from .specs import ClusterSpec, EffectiveConfig, ModelArch, Violation
+from .specs.trusted import trusted
 
 SCHEDULES = ("1f1b", "interleaved", "zb", "zbv")
 MAX_SYNC_FREE_STAGE = 3
@@ -72,81 +77,116 @@ def legal_axes(model: ModelArch, cluster: ClusterSpec, *, seq_length: int, gbs: 
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What the rules read of a model and a cluster, as plain numbers (built once per pair)."""
+
+    world: int
+    max_tp: int
+    gpus_per_node: int
+    tp_dims: tuple[tuple[int, str], ...]  # sizes TP must divide, with their argument names
+    tp_gcd: int  # their greatest common divisor: TP divides all of them iff it divides this
+    is_moe: bool
+    num_experts: int
+    expert_ffn: int
+    num_layers: int
+    has_fp8: bool
+    gpu_name: str
+
+
+@by_identity()
+def _limits(model: ModelArch, cluster: ClusterSpec) -> _Limits:
+    tp_dims = ((model.num_attention_heads, "num_attention_heads"), (model.groups, "num_query_groups"),
+               (model.hidden_size, "hidden_size"), (model.ffn, "ffn_hidden_size"))
+    return _Limits(
+        world=cluster.world_size, max_tp=_max_tp(cluster), gpus_per_node=cluster.gpus_per_node,
+        tp_dims=tp_dims, tp_gcd=math.gcd(*(dim for dim, _ in tp_dims)),
+        is_moe=model.is_moe, num_experts=model.num_experts or 0, expert_ffn=model.expert_ffn,
+        num_layers=model.num_layers, has_fp8=cluster.gpu.has_fp8, gpu_name=cluster.gpu.name,
+    )
+
+
+def _violation(code: str, message: str) -> Violation:
+    return trusted(Violation, {"code": code, "message": message})
+
+
 def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> list[Violation]:
     """Every rule this layout breaks, each with a stable code and a sentence; empty when legal."""
+    lim, c = _limits(model, cluster), cfg.__dict__  # plain reads: this runs for every point of a search
     out: list[Violation] = []
-
-    def bad(code: str, message: str) -> None:
-        out.append(Violation(code=code, message=message))
-
-    world, tp, pp, cp, ep, etp = cluster.world_size, cfg.tp, cfg.pp, cfg.cp, cfg.ep, cfg.etp
-    if world % (tp * pp * cp):
-        bad("world_attention", f"world size {world} is not divisible by TP*PP*CP = {tp}*{pp}*{cp}")
-    if world % (etp * ep * pp):
-        bad("world_expert", f"world size {world} is not divisible by ETP*EP*PP = {etp}*{ep}*{pp}")
-    for dim, name in ((model.num_attention_heads, "num_attention_heads"), (model.groups, "num_query_groups"),
-                      (model.hidden_size, "hidden_size"), (model.ffn, "ffn_hidden_size")):
-        if dim % tp:
-            bad(f"tp_{name}", f"TP={tp} does not divide {name}={dim}")
-    if tp > _max_tp(cluster):
-        bad("tp_node", f"TP={tp} exceeds {cluster.gpus_per_node} GPUs per node (cluster sets no allow_cross_node_tp)")
-    if cp > 1 and cfg.seq_length % (2 * cp):
-        bad("cp_seq", f"CP={cp} needs seq_length divisible by 2*CP={2 * cp}, got {cfg.seq_length}")
-    if model.is_moe:
-        if model.num_experts % ep:
-            bad("ep_experts", f"EP={ep} does not divide num_experts={model.num_experts}")
-        if model.expert_ffn % etp:
-            bad("etp_moe_ffn", f"ETP={etp} does not divide moe_ffn_hidden_size={model.expert_ffn}")
-        if etp > _max_tp(cluster):
-            bad("etp_node", f"ETP={etp} exceeds {cluster.gpus_per_node} GPUs per node")
-    stages = stage_layer_counts(model.num_layers, pp)
+    world, tp, pp, cp, ep, etp = lim.world, c["tp"], c["pp"], c["cp"], c["ep"], c["etp"]
+    dp = replicas(world, tp * pp * cp)
+    if not dp:
+        out.append(_violation("world_attention", f"world size {world} is not divisible by TP*PP*CP = {tp}*{pp}*{cp}"))
+    if not replicas(world, etp * ep * pp):
+        out.append(_violation("world_expert", f"world size {world} is not divisible by ETP*EP*PP = {etp}*{ep}*{pp}"))
+    if lim.tp_gcd % tp:  # one test for the common case; the loop names each size TP misses
+        for dim, name in lim.tp_dims:
+            if dim % tp:
+                out.append(_violation(f"tp_{name}", f"TP={tp} does not divide {name}={dim}"))
+    if tp > lim.max_tp:
+        out.append(_violation("tp_node", f"TP={tp} exceeds {lim.gpus_per_node} GPUs per node "
+                              "(cluster sets no allow_cross_node_tp)"))
+    if cp > 1 and c["seq_length"] % (2 * cp):
+        out.append(_violation("cp_seq", f"CP={cp} needs seq_length divisible by 2*CP={2 * cp}, got {c['seq_length']}"))
+    if lim.is_moe:
+        if lim.num_experts % ep:
+            out.append(_violation("ep_experts", f"EP={ep} does not divide num_experts={lim.num_experts}"))
+        if lim.expert_ffn % etp:
+            out.append(_violation("etp_moe_ffn", f"ETP={etp} does not divide moe_ffn_hidden_size={lim.expert_ffn}"))
+        if etp > lim.max_tp:
+            out.append(_violation("etp_node", f"ETP={etp} exceeds {lim.gpus_per_node} GPUs per node"))
+    stages = stage_layer_counts(lim.num_layers, pp)
     if not stages:
-        bad("pp_layers", f"PP={pp} cannot split num_layers={model.num_layers} into stages of at least one layer")
-    dp = data_parallel(cfg, world)
-    if dp and cfg.gbs % (cfg.mbs * dp):
-        bad("gbs_mbs_dp", f"global batch {cfg.gbs} is not divisible by MBS*DP = {cfg.mbs}*{dp}")
-    _pipeline_rules(model, cfg, world, stages, bad)
-    _feature_rules(model, cfg, cluster, stages, bad)
+        out.append(_violation("pp_layers", f"PP={pp} cannot split num_layers={lim.num_layers} into stages of at "
+                              "least one layer"))
+    m = microbatch_count(c["gbs"], c["mbs"], dp)
+    if dp and not m:
+        out.append(_violation("gbs_mbs_dp", f"global batch {c['gbs']} is not divisible by MBS*DP = {c['mbs']}*{dp}"))
+    _pipeline_rules(lim, c, m, out)
+    _feature_rules(lim, c, stages, out)
     return out
 
 
-def _pipeline_rules(model: ModelArch, cfg: EffectiveConfig, world: int, stages: tuple[int, ...], bad) -> None:
-    pp, vpp, schedule = cfg.pp, cfg.vpp, cfg.pp_schedule
+def _pipeline_rules(lim: _Limits, c: dict, m: int, out: list[Violation]) -> None:
+    pp, vpp, schedule = c["pp"], c["vpp"], c["pp_schedule"]
     if vpp > 1 and pp == 1:
-        bad("vpp_needs_pp", f"VPP={vpp} needs PP>1")
-    if vpp > 1 and model.num_layers % (pp * vpp):
-        bad("vpp_layers", f"num_layers={model.num_layers} is not divisible by PP*VPP = {pp}*{vpp}")
-    m = num_microbatches(cfg, world)
+        out.append(_violation("vpp_needs_pp", f"VPP={vpp} needs PP>1"))
+    if vpp > 1 and lim.num_layers % (pp * vpp):
+        out.append(_violation("vpp_layers", f"num_layers={lim.num_layers} is not divisible by PP*VPP = {pp}*{vpp}"))
     if schedule == "interleaved":
         if vpp == 1:
-            bad("interleaved_vpp", "the interleaved schedule needs VPP>1")
+            out.append(_violation("interleaved_vpp", "the interleaved schedule needs VPP>1"))
         if m and pp > 1 and m % pp:
-            bad("interleaved_microbatches", f"interleaving needs the micro-batch count ({m}) divisible by PP={pp}")
+            out.append(_violation("interleaved_microbatches",
+                                  f"interleaving needs the micro-batch count ({m}) divisible by PP={pp}"))
     if schedule in ("zb", "zbv"):
         if pp == 1:
-            bad(f"{schedule}_needs_pp", f"the {schedule} schedule needs PP>1")
-        if cfg.recompute_granularity is not None:
-            bad(f"{schedule}_recompute", f"the {schedule} schedule excludes activation recompute")
+            out.append(_violation(f"{schedule}_needs_pp", f"the {schedule} schedule needs PP>1"))
+        if c["recompute_granularity"] is not None:
+            out.append(_violation(f"{schedule}_recompute", f"the {schedule} schedule excludes activation recompute"))
     if schedule == "zb" and vpp != 1:
-        bad("zb_vpp", "zero-bubble (ZB-H1) runs without virtual stages (VPP=1)")
+        out.append(_violation("zb_vpp", "zero-bubble (ZB-H1) runs without virtual stages (VPP=1)"))
     if schedule == "zbv" and vpp != 2:
-        bad("zbv_vpp", f"ZBV needs VPP=2, got {vpp}")
+        out.append(_violation("zbv_vpp", f"ZBV needs VPP=2, got {vpp}"))
 
 
-def _feature_rules(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, stages: tuple[int, ...], bad) -> None:
-    if cfg.use_torch_fsdp2 and cfg.use_distributed_optimizer:
-        bad("fsdp_distopt", "FSDP2 excludes the distributed optimizer")
-    moe_ep = model.is_moe and cfg.ep > 1
-    if cfg.use_turbo_deepep and not moe_ep:
-        bad("deepep_moe", "DeepEP needs a MoE model with EP>1")
-    if cfg.sync_free_stage > MAX_SYNC_FREE_STAGE:
-        bad("sync_free_range", f"sync_free_stage must be in 0..{MAX_SYNC_FREE_STAGE}, got {cfg.sync_free_stage}")
-    elif cfg.sync_free_stage and not moe_ep:
-        bad("sync_free_moe", "sync-free MoE stages need a MoE model with EP>1")
-    if cfg.fp8 and not cluster.gpu.has_fp8:
-        bad("fp8_gpu", f"{cluster.gpu.name} has no FP8 tensor cores")
-    if cfg.recompute_num_layers and stages and cfg.recompute_granularity == "full":
-        per_chunk = max(stages) // cfg.vpp
-        if cfg.recompute_num_layers > per_chunk:
-            bad("recompute_num_layers", f"recompute_num_layers={cfg.recompute_num_layers} exceeds the "
-                f"{per_chunk} layers per stage{' chunk' if cfg.vpp > 1 else ''}")
+def _feature_rules(lim: _Limits, c: dict, stages: tuple[int, ...], out: list[Violation]) -> None:
+    if c["use_torch_fsdp2"] and c["use_distributed_optimizer"]:
+        out.append(_violation("fsdp_distopt", "FSDP2 excludes the distributed optimizer"))
+    moe_ep = lim.is_moe and c["ep"] > 1
+    if c["use_turbo_deepep"] and not moe_ep:
+        out.append(_violation("deepep_moe", "DeepEP needs a MoE model with EP>1"))
+    stage = c["sync_free_stage"]
+    if stage > MAX_SYNC_FREE_STAGE:
+        out.append(_violation("sync_free_range", f"sync_free_stage must be in 0..{MAX_SYNC_FREE_STAGE}, got {stage}"))
+    elif stage and not moe_ep:
+        out.append(_violation("sync_free_moe", "sync-free MoE stages need a MoE model with EP>1"))
+    if c["fp8"] and not lim.has_fp8:
+        out.append(_violation("fp8_gpu", f"{lim.gpu_name} has no FP8 tensor cores"))
+    n_rec, vpp = c["recompute_num_layers"], c["vpp"]
+    if n_rec and stages and c["recompute_granularity"] == "full":
+        per_chunk = max(stages) // vpp
+        if n_rec > per_chunk:
+            out.append(_violation("recompute_num_layers", f"recompute_num_layers={n_rec} exceeds the "
+                                  f"{per_chunk} layers per stage{' chunk' if vpp > 1 else ''}"))

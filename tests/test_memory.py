@@ -37,7 +37,7 @@ def estimate(name: str, gpus: int, **args) -> MemoryEstimate:
 
 
 def param_count(est: MemoryEstimate) -> float:
-    return est.breakdown["params_dense_count"] + est.breakdown["params_expert_count"]
+    return est.breakdown["mem_params_dense_count"] + est.breakdown["mem_params_expert_count"]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -109,12 +109,12 @@ def test_korthikanti_fig1(row: dict[str, str]) -> None:
     assert paper_act == pytest.approx(published_act, rel=0.005)
 
     # First pipeline stage is the most loaded one.
-    assert est.breakdown["stage"] == 0
+    assert est.breakdown["mem_stage"] == 0
 
     # Parameters + optimizer: Fig. 1 counts the transformer layers only. With 18 B for every parameter,
     # the layer share of our figure is param_optimizer x (layer params / all params on the stage).
     b = est.breakdown
-    layers_share = (b["params_dense_count"] - b["params_embedding_count"]) / b["params_dense_count"]
+    layers_share = (b["mem_params_dense_count"] - b["mem_params_embedding_count"]) / b["mem_params_dense_count"]
     assert est.param_optimizer_gb * layers_share == pytest.approx(published_po, rel=0.04)
     # ... and the whole first stage is that plus the embedding: vocabulary-parallel word embedding V*h/TP
     # plus the learned position embedding s*h (not TP-sharded), 18 B each.
@@ -142,7 +142,7 @@ def test_korthikanti_rows_present() -> None:
 # ---------------------------------------------------------------------------------------------------
 def _bytes_per_param(est: MemoryEstimate) -> float:
     b = est.breakdown
-    return (b["weights"] + b["grads"] + b["optimizer"]) * GIB / param_count(est)
+    return (b["mem_weights"] + b["mem_grads"] + b["mem_optimizer"]) * GIB / param_count(est)
 
 
 @pytest.mark.parametrize("dp", [1, 2, 8])
@@ -153,7 +153,7 @@ def test_distributed_optimizer_bytes_per_param(dp: int) -> None:
     without = estimate("llama3-8b", 4 * dp, use_distributed_optimizer=False, **common)
     assert _bytes_per_param(with_dist) == pytest.approx(6 + 12 / dp, rel=1e-12)
     assert _bytes_per_param(without) == pytest.approx(18, rel=1e-12)
-    assert with_dist.breakdown["fp8_weight_copies"] == 0
+    assert with_dist.breakdown["mem_fp8_weight_copies"] == 0
 
 
 def test_distributed_optimizer_shards_over_dp_times_cp() -> None:
@@ -169,8 +169,8 @@ def test_expert_optimizer_shards_over_expert_dp() -> None:
         "mixtral-8x7b", 16, expert_model_parallel_size=8, use_distributed_optimizer=True, global_batch_size=32
     )
     b = est.breakdown
-    expected = 12 * (b["params_dense_count"] / 16 + b["params_expert_count"] / 2)
-    assert b["optimizer"] * GIB == pytest.approx(expected, rel=1e-12)
+    expected = 12 * (b["mem_params_dense_count"] / 16 + b["mem_params_expert_count"] / 2)
+    assert b["mem_optimizer"] * GIB == pytest.approx(expected, rel=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -206,10 +206,10 @@ def test_breakdown_sums_to_total() -> None:
         gib = sum(v for k, v in est.breakdown.items() if k not in NON_GIB_KEYS)
         assert gib == pytest.approx(est.total_gb, rel=1e-12)
         assert est.param_optimizer_gb == pytest.approx(
-            sum(est.breakdown[k] for k in ("weights", "grads", "optimizer", "fp8_weight_copies")), rel=1e-12
+            sum(est.breakdown[k] for k in ("mem_weights", "mem_grads", "mem_optimizer", "mem_fp8_weight_copies")), rel=1e-12
         )
         assert est.activation_gb == pytest.approx(
-            sum(v for k, v in est.breakdown.items() if k.startswith("act_")), rel=1e-12
+            sum(v for k, v in est.breakdown.items() if k.startswith("mem_act_")), rel=1e-12
         )
         assert all(v >= 0 for v in est.breakdown.values())
 
@@ -239,7 +239,7 @@ def test_recompute_lowers_activations() -> None:
     block = estimate("llama3-8b", 8, recompute_granularity="full", recompute_method="block",
                      recompute_num_layers=8, **common)
     assert full.activation_gb < block.activation_gb < none_f.activation_gb
-    assert full.breakdown["act_recompute_transient"] > 0
+    assert full.breakdown["mem_act_recompute_transient"] > 0
 
 
 def test_full_recompute_keeps_layer_inputs() -> None:
@@ -248,7 +248,7 @@ def test_full_recompute_keeps_layer_inputs() -> None:
     est = estimate("gpt3-175b", 64, seq_length=2048, tensor_model_parallel_size=8,
                    pipeline_model_parallel_size=8, global_batch_size=64, recompute_granularity="full")
     expected = 8 * 12 * 2 * 2048 * 12288 / 8 / GIB
-    assert est.breakdown["act_dense_layers"] == pytest.approx(expected, rel=1e-9)
+    assert est.breakdown["mem_act_dense_layers"] == pytest.approx(expected, rel=1e-9)
 
 
 def test_inflight_microbatches_per_schedule() -> None:
@@ -256,18 +256,18 @@ def test_inflight_microbatches_per_schedule() -> None:
     # 1F1B: stage 0 holds min(PP, micro-batches) micro-batches.
     for pp in (1, 2, 4, 8):
         est = estimate("llama3-8b", pp, pipeline_model_parallel_size=pp, **common)
-        assert est.breakdown["stage"] == 0
-        assert est.breakdown["inflight_microbatches"] == pp
+        assert est.breakdown["mem_stage"] == 0
+        assert est.breakdown["mem_inflight_microbatches"] == pp
     few = estimate("llama3-8b", 8, pipeline_model_parallel_size=8, tensor_model_parallel_size=1, global_batch_size=4)
-    assert few.breakdown["inflight_microbatches"] == 4
+    assert few.breakdown["mem_inflight_microbatches"] == 4
     # Interleaved: (1 + (PP-1)/(PP*VPP)) * PP (Narayanan 2021; Megatron theoretical_memory_usage.py).
     est = estimate("llama3-8b", 4, pipeline_model_parallel_size=4, virtual_pipeline_model_parallel_size=2, **common)
-    assert est.breakdown["inflight_microbatches"] == pytest.approx((1 + 3 / 8) * 4)
+    assert est.breakdown["mem_inflight_microbatches"] == pytest.approx((1 + 3 / 8) * 4)
     # More micro-batches in flight -> more activation memory per layer held on stage 0.
     per_layer = []
     for pp in (1, 2, 4):
         e = estimate("llama3-8b", pp, pipeline_model_parallel_size=pp, **common)
-        per_layer.append(e.breakdown["act_dense_layers"] / (32 / pp))
+        per_layer.append(e.breakdown["mem_act_dense_layers"] / (32 / pp))
     assert per_layer[0] < per_layer[1] < per_layer[2]
     assert per_layer[2] == pytest.approx(4 * per_layer[0], rel=1e-9)
 
@@ -276,12 +276,12 @@ def test_zero_bubble_schedules() -> None:
     common = dict(pipeline_model_parallel_size=4, global_batch_size=64)
     one_f = estimate("llama3-8b", 4, **common)
     zb = estimate("llama3-8b", 4, pp_schedule="zb", **common)
-    assert zb.breakdown["act_wgrad_stash"] > 0
+    assert zb.breakdown["mem_act_wgrad_stash"] > 0
     assert zb.activation_gb > one_f.activation_gb
     # ZB-V: two chunks per GPU, PP chunk-micro-batches each -> 2*PP chunk-mbs = PP stage-mbs, balanced.
     zbv = estimate("llama3-8b", 4, pp_schedule="zbv", virtual_pipeline_model_parallel_size=2, **common)
-    assert zbv.breakdown["inflight_microbatches"] == pytest.approx(4)
-    assert zbv.breakdown["stage"] == 0  # GPU 0 holds the first and the last chunk (embedding + output)
+    assert zbv.breakdown["mem_inflight_microbatches"] == pytest.approx(4)
+    assert zbv.breakdown["mem_stage"] == 0  # GPU 0 holds the first and the last chunk (embedding + output)
 
 
 def test_fsdp_lowers_parameter_memory() -> None:
@@ -297,7 +297,7 @@ def test_fsdp_lowers_parameter_memory() -> None:
 def test_expert_params_shrink_with_ep() -> None:
     counts = [
         estimate("mixtral-8x7b", ep, expert_model_parallel_size=ep, global_batch_size=8).breakdown[
-            "params_expert_count"
+            "mem_params_expert_count"
         ]
         for ep in (1, 2, 4, 8)
     ]
@@ -313,8 +313,8 @@ def test_mla_model_evaluates() -> None:
         use_distributed_optimizer=True, global_batch_size=32,
     )
     b = est.breakdown
-    for key in ("weights", "grads", "optimizer", "act_dense_layers", "act_moe_layers", "act_embedding",
-                "comm_buffers", "allocator_overhead", "params_dense_count", "params_expert_count"):
+    for key in ("mem_weights", "mem_grads", "mem_optimizer", "mem_act_dense_layers", "mem_act_moe_layers", "mem_act_embedding",
+                "mem_comm_buffers", "mem_allocator_overhead", "mem_params_dense_count", "mem_params_expert_count"):
         assert b[key] > 0, key
     assert est.total_gb > est.param_optimizer_gb + est.activation_gb
     assert math.isfinite(est.total_gb)
@@ -328,23 +328,23 @@ def test_mtp_and_uneven_stages() -> None:
         recompute_granularity="full", global_batch_size=1024,
     )
     assert 0 < est.total_gb < 200
-    assert est.breakdown["stage"] in (0, 1)
+    assert est.breakdown["mem_stage"] in (0, 1)
 
 
 def test_fp8_and_deepep_add_memory() -> None:
     common = dict(expert_model_parallel_size=8, pipeline_model_parallel_size=2, global_batch_size=32)
     base = estimate("deepseek-v2-lite", 16, **common)
     fp8 = estimate("deepseek-v2-lite", 16, fp8="hybrid", **common)
-    assert fp8.breakdown["fp8_weight_copies"] > 0 and fp8.param_optimizer_gb > base.param_optimizer_gb
+    assert fp8.breakdown["mem_fp8_weight_copies"] > 0 and fp8.param_optimizer_gb > base.param_optimizer_gb
     deepep = estimate("deepseek-v2-lite", 16, use_turbo_deepep=True, **common)
-    assert deepep.breakdown["deepep_buffers"] > 0 and base.breakdown["deepep_buffers"] == 0
+    assert deepep.breakdown["mem_deepep_buffers"] > 0 and base.breakdown["mem_deepep_buffers"] == 0
 
 
 def test_cross_entropy_fusion_shrinks_logits() -> None:
     plain = estimate("llama3-8b", 8, global_batch_size=8)
     fused = estimate("llama3-8b", 8, global_batch_size=8, cross_entropy_loss_fusion=True)
     # 6 B -> 2 B per vocabulary entry per token (see activations.edge_acts)
-    assert fused.breakdown["act_logits_loss"] < plain.breakdown["act_logits_loss"] / 2
+    assert fused.breakdown["mem_act_logits_loss"] < plain.breakdown["mem_act_logits_loss"] / 2
 
 
 def test_illegal_layout_stays_finite() -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
+from ..layout import replicas
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .activations import edge_acts, layer_acts
 from .constants import (
@@ -17,22 +18,24 @@ from .constants import (
     WEIGHT_BYTES,
 )
 from .geometry import geometry
-from .inflight import device_plans
+from .inflight import device_plans, saturated_microbatches
 from .overheads import allocator_overhead, comm_buffers, deepep_buffers
 from .params import edge_params, layer_params
 
 
-@dataclass(frozen=True)
-class MemoryEstimate:
+class MemoryEstimate(NamedTuple):
+    """Per-GPU memory of one layout (a named tuple: built for every point of a search)."""
+
     total_gb: float  # most-loaded pipeline stage, everything included
     param_optimizer_gb: float  # weights + grads + optimizer state (+ FP8 weight copies)
     activation_gb: float  # activations of all micro-batches in flight (+ embedding/logits activations)
-    breakdown: dict[str, float]  # every term in GiB; keys in NON_GIB_KEYS are counts / an index
+    breakdown: dict[str, float]  # every term in GiB, named as in EvalResult (mem_*); NON_GIB_KEYS are counts
 
 
 # Breakdown entries that are not GiB (the GiB entries sum to total_gb).
 NON_GIB_KEYS = frozenset(
-    {"stage", "inflight_microbatches", "params_dense_count", "params_expert_count", "params_embedding_count"}
+    {"mem_stage", "mem_inflight_microbatches", "mem_params_dense_count", "mem_params_expert_count",
+     "mem_params_embedding_count"}
 )
 
 _RUNTIME = RUNTIME_CONTEXT_GIB * GIB
@@ -51,14 +54,10 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     gpn = cluster.gpus_per_node
     world = cluster.num_nodes * gpn
 
-    # Parallel sizes as in oracle.layout; an illegal layout gives 0 there: treat it as 1.
-    dp = world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 0
-    dp = dp or 1
-    edp = world // (etp * ep * pp) if world % (etp * ep * pp) == 0 else 0
-    edp = edp or 1
-    nmb = c["gbs"] // (mbs * dp) or 1
-    # Beyond 2*PP*VPP micro-batches the schedules' peaks no longer change: cap for the plan cache.
-    nmb = min(nmb, 2 * pp * vpp + pp)
+    # Data-parallel sizes; an illegal layout has none (0): treat it as 1.
+    dp = replicas(world, tp * pp * cp) or 1
+    edp = replicas(world, etp * ep * pp) or 1
+    nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, c["gbs"] // (mbs * dp) or 1)
 
     dense_l, moe_l = layer_params(g, tp, etp, ep)
     edge = edge_params(g, tp, etp, ep, pp, seq)
@@ -152,25 +151,25 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
 
     total, p, param_opt, activation, alloc, po, ac, counts = best
     breakdown = {
-        "weights": po[0] / GIB,
-        "grads": po[1] / GIB,
-        "optimizer": po[2] / GIB,
-        "fp8_weight_copies": po[3] / GIB,
-        "act_dense_layers": ac[0] / GIB,
-        "act_moe_layers": ac[1] / GIB,
-        "act_mtp_layers": ac[2] / GIB,
-        "act_embedding": ac[3] / GIB,
-        "act_logits_loss": ac[4] / GIB,
-        "act_recompute_transient": ac[5] / GIB,
-        "act_wgrad_stash": ac[6] / GIB,
-        "comm_buffers": (comm_nccl + comm_transient) / GIB,
-        "deepep_buffers": deepep / GIB,
-        "runtime_context": RUNTIME_CONTEXT_GIB,
-        "allocator_overhead": alloc / GIB,
-        "inflight_microbatches": p.inflight,
-        "stage": float(p.index),
-        "params_dense_count": counts[0],
-        "params_expert_count": counts[1],
-        "params_embedding_count": counts[2],
+        "mem_weights": po[0] / GIB,
+        "mem_grads": po[1] / GIB,
+        "mem_optimizer": po[2] / GIB,
+        "mem_fp8_weight_copies": po[3] / GIB,
+        "mem_act_dense_layers": ac[0] / GIB,
+        "mem_act_moe_layers": ac[1] / GIB,
+        "mem_act_mtp_layers": ac[2] / GIB,
+        "mem_act_embedding": ac[3] / GIB,
+        "mem_act_logits_loss": ac[4] / GIB,
+        "mem_act_recompute_transient": ac[5] / GIB,
+        "mem_act_wgrad_stash": ac[6] / GIB,
+        "mem_comm_buffers": (comm_nccl + comm_transient) / GIB,
+        "mem_deepep_buffers": deepep / GIB,
+        "mem_runtime_context": RUNTIME_CONTEXT_GIB,
+        "mem_allocator_overhead": alloc / GIB,
+        "mem_inflight_microbatches": p.inflight,
+        "mem_stage": float(p.index),
+        "mem_params_dense_count": counts[0],
+        "mem_params_expert_count": counts[1],
+        "mem_params_embedding_count": counts[2],
     }
     return MemoryEstimate(total / GIB, param_opt / GIB, activation / GIB, breakdown)

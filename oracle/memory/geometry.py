@@ -1,7 +1,6 @@
 """Plain numbers derived once from a `ModelArch`: what the memory formulas read in the hot path.
 
-`geometry(model)` is cached on the model object's identity (a ModelArch with a list-valued
-`moe_layer_freq` is not hashable, and hashing ~30 pydantic fields costs more than the formulas).
+`geometry(model)` is cached on the model object's identity (see `oracle.identity_cache`).
 The returned `Geometry` hashes by identity, so downstream `lru_cache`s keyed on it are cheap.
 """
 
@@ -9,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..identity_cache import by_identity
 from ..specs import ModelArch
 from .constants import LAYERNORM_STAT_BYTES, RMSNORM_STAT_BYTES, VOCAB_DIVISIBLE_BY
 
@@ -91,21 +91,10 @@ def _build(model: ModelArch) -> Geometry:
     )
 
 
-_CACHE: dict[int, tuple[ModelArch, Geometry]] = {}
-_CACHE_MAX = 512
-
-
+@by_identity()
 def geometry(model: ModelArch) -> Geometry:
-    """The cached geometry of `model` (keyed on identity; the entry keeps the model alive, so an id is
-    never reused while cached)."""
-    hit = _CACHE.get(id(model))
-    if hit is not None and hit[0] is model:
-        return hit[1]
-    if len(_CACHE) >= _CACHE_MAX:
-        _CACHE.clear()
-    geo = _build(model)
-    _CACHE[id(model)] = (model, geo)
-    return geo
+    """The geometry of `model`, built once per model object."""
+    return _build(model)
 
 
 def padded_vocab(vocab: int, tp: int) -> int:

@@ -70,6 +70,21 @@ def candidate_devices(g: Geometry, pp: int, vpp: int, zbv: bool) -> tuple[tuple[
     return tuple(out)
 
 
+def saturated_microbatches(schedule: str, pp: int, vpp: int, nmb: int) -> int:
+    """`nmb` capped where the peaks (`peak_chunk_microbatches`) stop changing: the plan cache's key,
+    so layouts that differ only in how many micro-batches follow the warm-up share one plan.
+
+    1F1B, ZB-H1 and ZB-V store at most PP; interleaving beyond PP micro-batches stores warm-up + 1 on
+    every GPU once nmb x VPP exceeds GPU 0's warm-up, (PP-1)*2 + (VPP-1)*PP chunk forwards."""
+    nmb = max(nmb, 1)
+    if vpp == 1 or (schedule == "zbv" and vpp == 2):
+        return min(nmb, pp)
+    if nmb <= pp:
+        return nmb
+    warm0 = (pp - 1) * 2 + (vpp - 1) * pp
+    return max(pp + 1, min(nmb, warm0 // vpp + 1))
+
+
 def peak_chunk_microbatches(schedule: str, pp: int, vpp: int, nmb: int, i: int) -> tuple[tuple[int, ...], int]:
     """(micro-batches stored at the peak for each chunk GPU i holds, deferred W passes (ZB-H1)).
 
@@ -146,6 +161,7 @@ def _recompute_split(g: Geometry, ch: Chunk, method: str | None, n_rec: int) -> 
 def device_plans(
     g: Geometry, pp: int, vpp: int, schedule: str, nmb: int, full: bool, method: str | None, n_rec: int
 ) -> tuple[DevicePlan, ...]:
+    """The plan of every candidate GPU that could be the most loaded (none an earlier one covers)."""
     out = []
     for index, held in candidate_devices(g, pp, vpp, schedule == "zbv"):
         counts, pending_w = peak_chunk_microbatches(schedule, pp, vpp, nmb, index)
@@ -176,4 +192,20 @@ def device_plans(
                 layer_mbs / (dense + moe) if dense + moe else 0.0,
             )
         )
-    return tuple(out)
+    return tuple(p for i, p in enumerate(out) if not any(_covers(q, p) for q in out[:i]))
+
+
+def _load(p: DevicePlan) -> tuple[float, ...]:
+    """Every quantity a GPU's memory grows with (the estimate weighs each by a non-negative size);
+    a recompute group counts through the most layers it recomputes at once, per layer type."""
+    dense_group = max((layers for layers, has_d, _ in p.recompute_groups if has_d), default=0.0)
+    moe_group = max((layers for layers, _, has_m in p.recompute_groups if has_m), default=0.0)
+    return (p.dense_layers, p.moe_layers, p.has_embedding, p.has_output, p.dense_full_mb, p.moe_full_mb,
+            p.dense_input_mb, p.moe_input_mb, p.embedding_mb, p.output_mb, dense_group, moe_group,
+            p.wgrad_dense_mb, p.wgrad_moe_mb)
+
+
+def _covers(earlier: DevicePlan, later: DevicePlan) -> bool:
+    """Whether `earlier` holds at least as much of everything as `later`: then `later` can never be
+    the first most-loaded GPU, so the estimate need not look at it."""
+    return all(a >= b for a, b in zip(_load(earlier), _load(later)))

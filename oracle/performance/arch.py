@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..identity_cache import by_identity
 from ..specs import ModelArch
 
 
@@ -30,18 +31,11 @@ class Arch:
     untied: bool  # separate output-layer weight
 
 
-_CACHE: dict[int, tuple[ModelArch, Arch]] = {}
-
-
+@by_identity()
 def arch_of(model: ModelArch) -> Arch:
-    """Cached on the model object (it may hold an unhashable list-valued moe_layer_freq)."""
-    hit = _CACHE.get(id(model))
-    if hit is not None and hit[0] is model:
-        return hit[1]
-    if len(_CACHE) > 256:
-        _CACHE.clear()
+    """The time model's view of `model`, built once per model object."""
     mla = model.multi_latent_attention
-    arch = Arch(
+    return Arch(
         h=model.hidden_size,
         heads=model.num_attention_heads,
         groups=model.groups,
@@ -62,5 +56,3 @@ def arch_of(model: ModelArch) -> Arch:
         gpt_style=model.normalization.lower() != "rmsnorm" and not model.swiglu,
         untied=model.untie_embeddings_and_output_weights,
     )
-    _CACHE[id(model)] = (model, arch)
-    return arch

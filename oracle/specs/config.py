@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
+from ..identity_cache import by_identity
 from .normalize import none_like
 from .training import Fp8Recipe, PipelineSchedule, RecomputeGranularity, RecomputeMethod, TrainingArgs
 from .trusted import trusted
@@ -105,8 +106,7 @@ class EffectiveConfig(BaseModel):
     def key(self) -> str:
         """Canonical hash: equal for every spelling of the same layout (field order is fixed)."""
         values = self.__dict__
-        blob = repr(tuple([values[name] for name in _EFFECTIVE_FIELDS]))
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return canonical_key(tuple([values[name] for name in _EFFECTIVE_FIELDS]))
 
     def as_trial(self) -> TrialConfig:
         """The knobs of this layout as a TrialConfig (a re-runnable overlay)."""
@@ -119,56 +119,62 @@ class EffectiveConfig(BaseModel):
 _EFFECTIVE_FIELDS = tuple(EffectiveConfig.model_fields)
 
 
+def canonical_key(values: tuple) -> str:
+    """The key of a layout from its field values in `EffectiveConfig` field order."""
+    return hashlib.sha256(repr(values).encode()).hexdigest()[:16]
+
+
+@by_identity()
+def _baseline(training: TrainingArgs) -> dict[str, object]:
+    """The workload's own value of every layout field, in `EffectiveConfig` field order (knobs read
+    their Megatron argument; the fields that are not knobs keep the workload's value)."""
+    args = training.__dict__
+    return {name: args[KNOB_TO_ARG.get(name, name)] for name in _EFFECTIVE_FIELDS}
+
+
 def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> EffectiveConfig:
     """Apply a trial's overrides to the workload's arguments and canonicalise the result.
 
     Both inputs are validated models and every value below comes from them, so the result is built
-    without validating again (this runs for every point of a sweep)."""
-    args = {**training.__dict__, **trial.overrides()}
-    tp = args["tensor_model_parallel_size"]
-    vpp = args["virtual_pipeline_model_parallel_size"] or 1
-    schedule = args["pp_schedule"] or "1f1b"
-    if schedule == "1f1b" and vpp > 1:
-        schedule = "interleaved"
-    granularity, method, num_layers = _recompute(training.__dict__, args, trial)
-    return trusted(EffectiveConfig, dict(
-        tp=tp,
-        pp=args["pipeline_model_parallel_size"],
-        ep=args["expert_model_parallel_size"] if is_moe else 1,
-        cp=args["context_parallel_size"],
-        etp=(args["expert_tensor_parallel_size"] or tp) if is_moe else tp,
-        vpp=vpp,
-        mbs=args["micro_batch_size"],
-        gbs=args["global_batch_size"],
-        pp_schedule=schedule,
-        recompute_granularity=granularity,
-        recompute_method=method,
-        recompute_num_layers=num_layers,
-        fp8=args["fp8"],
-        use_distributed_optimizer=args["use_distributed_optimizer"],
-        use_torch_fsdp2=args["use_torch_fsdp2"],
-        use_turbo_deepep=args["use_turbo_deepep"],
-        sync_free_stage=args["turbo_sync_free_moe_stage"],
-        overlap_grad_reduce=args["overlap_grad_reduce"],
-        cross_entropy_loss_fusion=args["cross_entropy_loss_fusion"],
-        sequence_parallel=args["sequence_parallel"] and tp > 1,
-        use_flash_attn=args["use_flash_attn"],
-        seq_length=args["seq_length"],
-    ))
+    without validating again, and its key is computed here (this runs for every point of a search)."""
+    base = _baseline(training)
+    fields = base.copy()  # updated in place below, so the field order (which the key hashes) stays
+    knobs = trial.__dict__
+    for knob in trial.__pydantic_fields_set__:  # an unset knob holds its default, None
+        value = knobs[knob]
+        if value is not None:
+            fields[knob] = None if value == "none" else value
+    tp = fields["tp"]
+    vpp = fields["vpp"] = fields["vpp"] or 1
+    schedule = fields["pp_schedule"] or "1f1b"
+    fields["pp_schedule"] = "interleaved" if schedule == "1f1b" and vpp > 1 else schedule
+    if is_moe:
+        fields["etp"] = fields["etp"] or tp
+    else:
+        fields["ep"], fields["etp"] = 1, tp
+    _recompute(base, fields, knobs)
+    fields["sequence_parallel"] = fields["sequence_parallel"] and tp > 1
+    key = canonical_key(tuple(fields.values()))
+    cfg = trusted(EffectiveConfig, fields)
+    fields["key"] = key  # `fields` is now cfg.__dict__: this fills the cached_property as a first read would
+    return cfg
 
 
 def _full_recompute(granularity: str | None, method: str | None, num_layers: int | None) -> bool:
     return granularity == "full" and not (method == "block" and num_layers == 0)
 
 
-def _recompute(base: dict, args: dict, trial: TrialConfig) -> tuple:
-    """(granularity, method, num_layers), canonical: block recompute of 0 layers is no recompute; a
-    trial that switches full recompute on without saying how gets Megatron's defaults (uniform, 1)."""
-    method, num_layers = args["recompute_method"], args["recompute_num_layers"]
-    if trial.recompute_granularity == "full" and not _full_recompute(
+def _recompute(base: dict, fields: dict, knobs: dict) -> None:
+    """Canonicalise (granularity, method, num_layers) in `fields`: block recompute of 0 layers is no
+    recompute; a trial that switches full recompute on without saying how gets Megatron's defaults
+    (uniform, 1)."""
+    method, num_layers = fields["recompute_method"], fields["recompute_num_layers"]
+    if knobs["recompute_granularity"] == "full" and not _full_recompute(
             base["recompute_granularity"], base["recompute_method"], base["recompute_num_layers"]):
-        method, num_layers = trial.recompute_method, trial.recompute_num_layers
-    granularity = args["recompute_granularity"]
+        method, num_layers = knobs["recompute_method"], knobs["recompute_num_layers"]
+    granularity = fields["recompute_granularity"]
     if not _full_recompute(granularity, method, num_layers):
-        return (granularity if granularity != "full" else None), None, None
-    return "full", method or "uniform", 1 if num_layers is None else num_layers
+        canonical = (granularity if granularity != "full" else None), None, None
+    else:
+        canonical = "full", method or "uniform", 1 if num_layers is None else num_layers
+    fields["recompute_granularity"], fields["recompute_method"], fields["recompute_num_layers"] = canonical

@@ -10,14 +10,24 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 M = TypeVar("M", bound=BaseModel)
-_set = object.__setattr__
+_set_dict = object.__setattr__
+# BaseModel's own instance slots, set through their descriptors (cheaper than a generic setattr).
+_set_fields_set, _set_extra, _set_private = (
+    BaseModel.__dict__[slot].__set__ for slot in ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+)
+_ALL_SET: dict[type, set[str]] = {}
 
 
 def trusted(cls: type[M], values: dict[str, Any]) -> M:
     """An instance of `cls` holding exactly `values` (all of its fields, each already valid)."""
     model = cls.__new__(cls)
-    _set(model, "__dict__", values)
-    _set(model, "__pydantic_fields_set__", set(values))
-    _set(model, "__pydantic_extra__", None)
-    _set(model, "__pydantic_private__", None)
+    _set_dict(model, "__dict__", values)
+    # Every field is set, so one set per class serves all instances: pydantic only ever adds to it,
+    # and adding a field name it already holds changes nothing.
+    fields_set = _ALL_SET.get(cls)
+    if fields_set is None:
+        fields_set = _ALL_SET[cls] = set(cls.model_fields)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, None)
+    _set_private(model, None)
     return model
