@@ -15,9 +15,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def by_identity(maxsize: int = 512) -> Callable[[F], F]:
-    """Decorator: call `fn` once per tuple of argument objects (by identity); positional arguments only."""
+    """Decorator: call `fn` (of one or two positional objects) once per argument object(s), by identity."""
 
     def wrap(fn: F) -> F:
+        if fn.__code__.co_argcount not in (1, 2):
+            raise TypeError(f"{fn.__name__}: by_identity caches functions of one or two objects")
         cache: dict[Any, tuple[Any, Any]] = {}
 
         def miss(key: Any, objs: tuple[Any, ...]) -> Any:
@@ -27,23 +29,16 @@ def by_identity(maxsize: int = 512) -> Callable[[F], F]:
             cache[key] = (objs, value)
             return value
 
-        arity = fn.__code__.co_argcount
-        if arity == 1:  # the common cases, without the generic key building
+        if fn.__code__.co_argcount == 1:
 
             def cached(obj: Any) -> Any:
                 hit = cache.get(id(obj))
                 return hit[1] if hit is not None else miss(id(obj), (obj,))
-        elif arity == 2:
+        else:  # two arguments (checked above): a (model, cluster) pair
 
             def cached(a: Any, b: Any) -> Any:  # type: ignore[misc]
                 hit = cache.get((id(a), id(b)))
                 return hit[1] if hit is not None else miss((id(a), id(b)), (a, b))
-        else:
-
-            def cached(*objs: Any) -> Any:
-                key = tuple(map(id, objs))
-                hit = cache.get(key)
-                return hit[1] if hit is not None else miss(key, objs)
 
         cached.cache_clear = cache.clear  # type: ignore[attr-defined]
         return wraps(fn)(cached)  # type: ignore[return-value]

@@ -1,26 +1,10 @@
-"""Derived quantities of a layout: data-parallel sizes and which layers each pipeline stage holds."""
+"""Derived quantities of a layout: data-parallel sizes, micro-batch counts and layers per stage."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
 
-from .specs import EffectiveConfig, ModelArch
-
-
-@dataclass(frozen=True)
-class Stage:
-    """One pipeline stage: its dense and MoE layer counts and whether it holds embedding or output."""
-
-    index: int
-    dense_layers: int
-    moe_layers: int
-    has_embedding: bool
-    has_output: bool
-
-    @property
-    def layers(self) -> int:
-        return self.dense_layers + self.moe_layers
+from .specs import EffectiveConfig
 
 
 @lru_cache(maxsize=4096)
@@ -34,22 +18,6 @@ def stage_layer_counts(num_layers: int, pp: int) -> tuple[int, ...]:
     per = -(-num_layers // pp)
     last = num_layers - per * (pp - 1)
     return (per,) * (pp - 1) + (last,) if last >= 1 else ()
-
-
-@lru_cache(maxsize=4096)
-def _stages(pattern: tuple[int, ...], pp: int) -> tuple[Stage, ...]:
-    counts = stage_layer_counts(len(pattern), pp)
-    stages, start = [], 0
-    for i, n in enumerate(counts):
-        moe = sum(pattern[start : start + n])
-        stages.append(Stage(i, n - moe, moe, has_embedding=i == 0, has_output=i == len(counts) - 1))
-        start += n
-    return tuple(stages)
-
-
-def pipeline_stages(model: ModelArch, pp: int) -> tuple[Stage, ...]:
-    """The stages of a PP-way split of `model` (empty when the split is impossible)."""
-    return _stages(model.moe_layer_pattern, pp)
 
 
 def replicas(world: int, group: int) -> int:

@@ -192,7 +192,8 @@ def device_plans(
                 layer_mbs / (dense + moe) if dense + moe else 0.0,
             )
         )
-    return tuple(p for i, p in enumerate(out) if not any(_covers(q, p) for q in out[:i]))
+    loads = [_load(p) for p in out]
+    return tuple(p for i, p in enumerate(out) if not any(_covers(earlier, loads[i]) for earlier in loads[:i]))
 
 
 def _load(p: DevicePlan) -> tuple[float, ...]:
@@ -205,7 +206,7 @@ def _load(p: DevicePlan) -> tuple[float, ...]:
             p.wgrad_dense_mb, p.wgrad_moe_mb)
 
 
-def _covers(earlier: DevicePlan, later: DevicePlan) -> bool:
-    """Whether `earlier` holds at least as much of everything as `later`: then `later` can never be
-    the first most-loaded GPU, so the estimate need not look at it."""
-    return all(a >= b for a, b in zip(_load(earlier), _load(later)))
+def _covers(earlier: tuple[float, ...], later: tuple[float, ...]) -> bool:
+    """Whether a GPU with load `earlier` holds at least as much of everything as one with `later`:
+    then the later GPU can never be the first most-loaded one, so the estimate need not look at it."""
+    return all(a >= b for a, b in zip(earlier, later))
