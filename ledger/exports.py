@@ -49,7 +49,7 @@ def overlay(workload: Workload, trial: TrialRecord) -> str:
     """A self-contained native workload YAML reproducing one trial (`paratune project ... --workload`)."""
     knobs = EffectiveConfig(**trial.config).as_trial()
     training = workload.training.model_copy(update=knobs.overrides())
-    body = {**workload.model.model_dump(exclude_none=True), **training.model_dump(exclude_none=True)}
+    body = {**workload.model.model_dump(exclude_none=True), **training.model_dump(mode="json", exclude_none=True)}
     tps = trial.tokens_per_s_per_gpu
     head = (f"# paratune trial {trial.id} ({trial.origin}, {trial.fidelity}): "
             f"{'%.1f tokens/s/GPU' % tps if tps is not None else 'no throughput'}"

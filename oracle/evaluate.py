@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .identity_cache import by_identity
-from .layout import replicas
+from .layout import LayoutFacts, layout_facts
 from .legality import validate
 from .memory import estimate_memory
 from .performance import simulate
@@ -18,13 +18,21 @@ def _capacity(cluster: ClusterSpec) -> tuple[int, float, str]:
     return cluster.world_size, cluster.memory_cap_gb, f"{cluster.memory_cap_gb:.1f}"
 
 
+@by_identity(maxsize=4096)
+def _stage_layers(facts: LayoutFacts) -> dict[str, float]:
+    """Decoder layers of each virtual pipeline stage, model order (`stage_<k>_layers`), per facts object."""
+    return {f"stage_{k}_layers": float(s.decoders) for k, s in enumerate(facts.stages)}
+
+
 def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig, *, performance: bool) -> EvalResult:
     """Legality, then memory, then (when `performance`) the simulated iteration of one layout."""
     config = dict(cfg.__dict__)
     key = config.pop("key", None) or cfg.key  # resolve() caches the key among the fields
     source = "simulate" if performance else "memory_only"
     world, cap, cap_text = _capacity(cluster)
-    model, dp = workload.model, replicas(world, config["tp"] * config["pp"] * config["cp"])
+    model = workload.model
+    facts = layout_facts(model, cfg, world)
+    dp = facts.dp
     violations = validate(model, cfg, cluster)
     if violations:
         return trusted(EvalResult, {
@@ -38,6 +46,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
     fits = mem.total_gb <= cap
     reason = "" if fits else f"needs {mem.total_gb:.1f} GiB per GPU, cap is {cap_text} GiB"
     breakdown = mem.breakdown  # a new dict per estimate: the result may own it
+    breakdown.update(_stage_layers(facts))
     perf = simulate(model, cfg, cluster) if performance else None
     if perf is not None:
         breakdown.update({f"time_{k}_ms": v for k, v in perf.breakdown.items()})

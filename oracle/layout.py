@@ -1,23 +1,18 @@
-"""Derived quantities of a layout: data-parallel sizes, micro-batch counts and layers per stage."""
+"""The layout facts of one configuration, derived once (torchtitan's `ParallelDims` idea): data-parallel
+sizes, micro-batches, sequence parallelism, tokens per rank and the per-stage layer assignment.
+
+Legality, memory, time and benchmark mode read `layout_facts(model, cfg, world)`; none of them
+derives these again. Sizes follow megatron-core 0.16.1 `parallel_state.initialize_model_parallel`
+(dense grid TP·CP·DP·PP, expert grid ETP·EP·expert-DP·PP) and `num_microbatches_calculator.py`
+(GBS / (MBS·DP)); the stages follow `oracle.pipeline_split`.
+"""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from dataclasses import dataclass
 
-from .specs import EffectiveConfig
-
-
-@lru_cache(maxsize=4096)
-def stage_layer_counts(num_layers: int, pp: int) -> tuple[int, ...]:
-    """Layers per stage: even when PP divides the layers, else ceil(L/PP) each and the rest on the last
-    stage (Megatron's `decoder_last_pipeline_num_layers`); empty when no such split exists."""
-    if pp > num_layers:
-        return ()
-    if num_layers % pp == 0:
-        return (num_layers // pp,) * pp
-    per = -(-num_layers // pp)
-    last = num_layers - per * (pp - 1)
-    return (per,) * (pp - 1) + (last,) if last >= 1 else ()
+from .pipeline_split import PipelineSplit, SplitError, Stage, split_layers
+from .specs import EffectiveConfig, ModelArch
 
 
 def replicas(world: int, group: int) -> int:
@@ -25,21 +20,83 @@ def replicas(world: int, group: int) -> int:
     return world // group if world % group == 0 else 0
 
 
-def data_parallel(cfg: EffectiveConfig, world: int) -> int:
-    """DP of the attention/dense part: world / (TP·PP·CP), 0 when it does not divide."""
-    return replicas(world, cfg.tp * cfg.pp * cfg.cp)
-
-
-def expert_data_parallel(cfg: EffectiveConfig, world: int) -> int:
-    """DP of the expert part: world / (ETP·EP·PP), 0 when it does not divide."""
-    return replicas(world, cfg.etp * cfg.ep * cfg.pp)
-
-
 def microbatch_count(gbs: int, mbs: int, dp: int) -> int:
     """GBS / (MBS·DP), 0 when it does not divide (or DP is 0)."""
     return gbs // (mbs * dp) if dp and gbs % (mbs * dp) == 0 else 0
 
 
-def num_microbatches(cfg: EffectiveConfig, world: int) -> int:
-    """Micro-batches per iteration per pipeline: GBS / (MBS·DP), 0 when it does not divide."""
-    return microbatch_count(cfg.gbs, cfg.mbs, data_parallel(cfg, world))
+@dataclass(frozen=True, eq=False, slots=True)
+class LayoutFacts:
+    """What a layout is, in numbers every part of the oracle reads (0 = does not divide)."""
+
+    world: int
+    dp: int  # world / (TP·PP·CP)
+    edp: int  # world / (ETP·EP·PP), the expert-data-parallel size
+    microbatches: int  # GBS / (MBS·DP) per pipeline per iteration
+    microbatches_or_1: int  # for formulas that need a count even on an illegal layout: GBS // (MBS·max(DP, 1)), >= 1
+    sp: bool  # sequence parallelism in effect (SP asked and TP > 1)
+    vpp: int  # virtual stages per pipeline rank
+    tokens: float  # tokens of one micro-batch on one rank (MBS·seq / CP)
+    split: PipelineSplit
+    stages: tuple[Stage, ...]  # PP·VPP virtual stages in model order (an even spread when refused)
+    split_error: SplitError | None  # why Megatron refuses the split, if it does
+
+    @property
+    def dp_or_1(self) -> int:
+        """DP for formulas that need a size even on an illegal layout."""
+        return self.dp or 1
+
+    @property
+    def edp_or_1(self) -> int:
+        return self.edp or 1
+
+
+
+def split_of(cfg: EffectiveConfig) -> PipelineSplit:
+    """The pipeline split arguments of a layout."""
+    c = cfg.__dict__
+    return PipelineSplit(c["pp_layout"], c["pp_first_layers"], c["pp_last_layers"], c["pp_embedding_in_split"],
+                         c["pp_loss_in_split"])
+
+
+def _spread(num_layers: int, mtp: int, n: int) -> tuple[Stage, ...]:
+    """`num_layers` over `n` stages as evenly as possible: a finite stand-in where Megatron refuses."""
+    q, r = divmod(num_layers, n)
+    return tuple(Stage(q + (1 if k < r else 0), k == 0, k == n - 1, mtp if k == n - 1 else 0) for k in range(n))
+
+
+def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
+    c = cfg.__dict__
+    tp, pp, cp, vpp = c["tp"], c["pp"], c["cp"], c["vpp"]
+    dp = replicas(world, tp * pp * cp)
+    split = split_of(cfg)
+    mtp = model.mtp_num_layers
+    try:
+        stages = split_layers(model.num_layers, mtp, pp, vpp if vpp > 1 else None, split)
+        error = None
+    except SplitError as exc:
+        stages, error = _spread(model.num_layers, mtp, pp * vpp), exc
+    return LayoutFacts(
+        world=world, dp=dp, edp=replicas(world, c["etp"] * c["ep"] * pp),
+        microbatches=microbatch_count(c["gbs"], c["mbs"], dp),
+        microbatches_or_1=max(1, c["gbs"] // (c["mbs"] * (dp or 1))), sp=c["sequence_parallel"] and tp > 1,
+        vpp=max(1, len(stages) // pp), tokens=c["mbs"] * c["seq_length"] / cp, split=split, stages=stages,
+        split_error=error,
+    )
+
+
+_CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}
+_CACHE_SIZE = 65536
+
+
+def layout_facts(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
+    """The facts of `cfg` on `model` over `world` GPUs, derived once per (model object, layout key, world)."""
+    key = (id(model), cfg.key, world)
+    hit = _CACHE.get(key)
+    if hit is not None:
+        return hit[1]
+    if len(_CACHE) >= _CACHE_SIZE:
+        _CACHE.clear()
+    facts = _derive(model, cfg, world)
+    _CACHE[key] = (model, facts)  # the entry keeps the model alive, so its id is not reused meanwhile
+    return facts

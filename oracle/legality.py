@@ -1,4 +1,13 @@
-"""Legality as code: per-axis legal sets and `validate`, every rule derived from model and cluster."""
+"""Legality as code: per-axis legal sets and `validate`, every rule derived from model and cluster.
+
+The rules are megatron-core 0.16.1's (`oracle.pipeline_split.MEGATRON_CORE_VERSION`): the layer
+split (`oracle.pipeline_split`), the dense and expert grids (`parallel_state.py`), the interleaved
+schedule's micro-batch groups (`pipeline_parallel/schedules.py`), EP with TP needing sequence
+parallelism (`transformer/moe/moe_layer.py`), the precision-aware optimizer
+(`optimizer/optimizer_config.py`), recompute modules (`transformer/transformer_config.py`), and
+Megatron-LM's `arguments.py` for torch-FSDP2 (PP = 1, EP = 1, no distributed optimizer). Zero-bubble
+and ZBV rules are Primus's (`primus/backends/megatron/patches`), sync-free and DeepEP knobs too.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +17,8 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from .identity_cache import by_identity
-from .layout import microbatch_count, replicas, stage_layer_counts
+from .layout import LayoutFacts, layout_facts
+from .pipeline_split import candidate_splits
 from .specs import ClusterSpec, EffectiveConfig, ModelArch, Violation
 from .specs.trusted import trusted
 
@@ -55,7 +65,8 @@ def legal_axes(model: ModelArch, cluster: ClusterSpec, *, seq_length: int, gbs: 
     """Per-axis legal values for this model on this cluster."""
     world = cluster.world_size
     ws = _divisors(world)
-    pp = [p for p in ws if stage_layer_counts(model.num_layers, p)]
+    L, mtp = model.num_layers, model.mtp_num_layers
+    pp = [p for p in ws if candidate_splits(L, mtp, p, 1)]
     moe = model.is_moe
     return LegalAxes(
         tp=[t for t in ws if t <= _max_tp(cluster) and _tp_ok(model, t)],
@@ -63,8 +74,8 @@ def legal_axes(model: ModelArch, cluster: ClusterSpec, *, seq_length: int, gbs: 
         cp=[c for c in ws if c == 1 or seq_length % (2 * c) == 0],
         ep=[e for e in ws if moe and model.num_experts % e == 0] if moe else [1],
         etp=[t for t in ws if t <= _max_tp(cluster) and model.expert_ffn % t == 0] if moe else [1],
-        vpp=sorted({1} | {v for p in pp if p > 1 for v in range(2, model.num_layers // p + 1)
-                          if model.num_layers % (p * v) == 0}),
+        vpp=sorted({1} | {v for p in pp if p > 1 for v in range(2, (L + 2 + mtp) // p + 1)
+                          if candidate_splits(L, mtp, p, v)}),
         mbs=[m for m in _divisors(gbs) if m <= 16],
         pp_schedule=list(SCHEDULES),
         recompute_granularity=["none", "selective", "full"],
@@ -92,6 +103,7 @@ class _Limits:
     num_layers: int
     has_fp8: bool
     gpu_name: str
+    mla: bool
 
 
 @by_identity()
@@ -103,6 +115,7 @@ def _limits(model: ModelArch, cluster: ClusterSpec) -> _Limits:
         tp_dims=tp_dims, tp_gcd=math.gcd(*(dim for dim, _ in tp_dims)),
         is_moe=model.is_moe, num_experts=model.num_experts or 0, expert_ffn=model.expert_ffn,
         num_layers=model.num_layers, has_fp8=cluster.gpu.has_fp8, gpu_name=cluster.gpu.name,
+        mla=model.multi_latent_attention,
     )
 
 
@@ -113,12 +126,13 @@ def _violation(code: str, message: str) -> Violation:
 def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> list[Violation]:
     """Every rule this layout breaks, each with a stable code and a sentence; empty when legal."""
     lim, c = _limits(model, cluster), cfg.__dict__  # plain reads: this runs for every point of a search
+    facts = layout_facts(model, cfg, lim.world)
     out: list[Violation] = []
     world, tp, pp, cp, ep, etp = lim.world, c["tp"], c["pp"], c["cp"], c["ep"], c["etp"]
-    dp = replicas(world, tp * pp * cp)
+    dp = facts.dp
     if not dp:
         out.append(_violation("world_attention", f"world size {world} is not divisible by TP*PP*CP = {tp}*{pp}*{cp}"))
-    if not replicas(world, etp * ep * pp):
+    if not facts.edp:
         out.append(_violation("world_expert", f"world size {world} is not divisible by ETP*EP*PP = {etp}*{ep}*{pp}"))
     if lim.tp_gcd % tp:  # one test for the common case; the loop names each size TP misses
         for dim, name in lim.tp_dims:
@@ -136,30 +150,34 @@ def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> li
             out.append(_violation("etp_moe_ffn", f"ETP={etp} does not divide moe_ffn_hidden_size={lim.expert_ffn}"))
         if etp > lim.max_tp:
             out.append(_violation("etp_node", f"ETP={etp} exceeds {lim.gpus_per_node} GPUs per node"))
-    stages = stage_layer_counts(lim.num_layers, pp)
-    if not stages:
-        out.append(_violation("pp_layers", f"PP={pp} cannot split num_layers={lim.num_layers} into stages of at "
-                              "least one layer"))
-    m = microbatch_count(c["gbs"], c["mbs"], dp)
+        if ep > 1 and tp > 1 and not c["sequence_parallel"]:
+            out.append(_violation("ep_tp_needs_sp", f"EP={ep} with TP={tp} needs sequence parallelism "
+                                  "(megatron-core moe_layer.py refuses it in training)"))
+    if facts.split_error is not None:
+        out.append(_violation(facts.split_error.code, facts.split_error.message))
+    elif sum(s.decoders for s in facts.stages) != lim.num_layers:
+        out.append(_violation("split_decoders", f"the split builds {sum(s.decoders for s in facts.stages)} decoder "
+                              f"layers, num_layers is {lim.num_layers}"))
+    m = facts.microbatches
     if dp and not m:
         out.append(_violation("gbs_mbs_dp", f"global batch {c['gbs']} is not divisible by MBS*DP = {c['mbs']}*{dp}"))
-    _pipeline_rules(lim, c, m, out)
-    _feature_rules(lim, c, stages, out)
+    _pipeline_rules(c, facts, out)
+    _feature_rules(lim, c, facts, out)
     return out
 
 
-def _pipeline_rules(lim: _Limits, c: dict, m: int, out: list[Violation]) -> None:
-    pp, vpp, schedule = c["pp"], c["vpp"], c["pp_schedule"]
-    if vpp > 1 and pp == 1:
-        out.append(_violation("vpp_needs_pp", f"VPP={vpp} needs PP>1"))
-    if vpp > 1 and lim.num_layers % (pp * vpp):
-        out.append(_violation("vpp_layers", f"num_layers={lim.num_layers} is not divisible by PP*VPP = {pp}*{vpp}"))
+def _pipeline_rules(c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    pp, vpp, schedule, m = c["pp"], c["vpp"], c["pp_schedule"], facts.microbatches
     if schedule == "interleaved":
         if vpp == 1:
             out.append(_violation("interleaved_vpp", "the interleaved schedule needs VPP>1"))
-        if m and pp > 1 and m % pp:
-            out.append(_violation("interleaved_microbatches",
-                                  f"interleaving needs the micro-batch count ({m}) divisible by PP={pp}"))
+        group = c["microbatch_group_size_per_vp_stage"] or pp  # megatron-core default: PP
+        if m and pp > 1 and not (pp <= group <= m):
+            out.append(_violation("interleaved_microbatches", f"interleaving needs PP={pp} <= micro-batch group "
+                                  f"{group} <= micro-batches {m} (microbatch_group_size_per_vp_stage)"))
+        elif m and pp > 1 and m % group and m % group < pp:
+            out.append(_violation("interleaved_microbatches", f"interleaving needs the micro-batch count ({m}) "
+                                  f"divisible by the group {group}, or a last group of at least PP={pp}"))
     if schedule in ("zb", "zbv"):
         if pp == 1:
             out.append(_violation(f"{schedule}_needs_pp", f"the {schedule} schedule needs PP>1"))
@@ -171,9 +189,31 @@ def _pipeline_rules(lim: _Limits, c: dict, m: int, out: list[Violation]) -> None
         out.append(_violation("zbv_vpp", f"ZBV needs VPP=2, got {vpp}"))
 
 
-def _feature_rules(lim: _Limits, c: dict, stages: tuple[int, ...], out: list[Violation]) -> None:
-    if c["use_torch_fsdp2"] and c["use_distributed_optimizer"]:
-        out.append(_violation("fsdp_distopt", "FSDP2 excludes the distributed optimizer"))
+def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    torch_fsdp = c["use_torch_fsdp2"]
+    if torch_fsdp and c["use_distributed_optimizer"]:
+        out.append(_violation("fsdp_distopt", "torch FSDP2 excludes the distributed optimizer"))
+    if torch_fsdp and c["pp"] > 1:
+        out.append(_violation("fsdp2_pp", "torch FSDP2 needs PP=1 (Megatron-LM arguments.py)"))
+    if torch_fsdp and c["ep"] > 1:
+        out.append(_violation("fsdp2_ep", "torch FSDP2 needs EP=1 (Megatron-LM arguments.py); Megatron-FSDP "
+                              "(use_megatron_fsdp) supports EP"))
+    if torch_fsdp and c["use_megatron_fsdp"]:
+        out.append(_violation("fsdp_both", "use_torch_fsdp2 and use_megatron_fsdp exclude each other"))
+    if c["use_precision_aware_optimizer"] and not c["use_distributed_optimizer"]:
+        out.append(_violation("precision_aware_distopt", "the precision-aware optimizer needs the distributed "
+                              "optimizer (megatron-core optimizer_config.py)"))
+    if not c["use_precision_aware_optimizer"] and (
+            c["main_grads_dtype"], c["main_params_dtype"], c["exp_avg_dtype"], c["exp_avg_sq_dtype"]) != ("fp32",) * 4:
+        out.append(_violation("optimizer_dtypes", "main_grads/main_params/exp_avg/exp_avg_sq dtypes other than "
+                              "fp32 need use_precision_aware_optimizer"))
+    if c["optimizer_cpu_offload"] and not c["use_distributed_optimizer"]:
+        out.append(_violation("offload_distopt", "optimizer CPU offload needs the distributed optimizer"))
+    modules = c["recompute_modules"] or ()
+    if "moe_act" in modules and not c["moe_grouped_gemm"]:
+        out.append(_violation("recompute_moe_act", "recompute module moe_act needs moe_grouped_gemm"))
+    if "mla_up_proj" in modules and not lim.mla:
+        out.append(_violation("recompute_mla_up_proj", "recompute module mla_up_proj needs multi-latent attention"))
     moe_ep = lim.is_moe and c["ep"] > 1
     if c["use_turbo_deepep"] and not moe_ep:
         out.append(_violation("deepep_moe", "DeepEP needs a MoE model with EP>1"))
@@ -184,9 +224,9 @@ def _feature_rules(lim: _Limits, c: dict, stages: tuple[int, ...], out: list[Vio
         out.append(_violation("sync_free_moe", "sync-free MoE stages need a MoE model with EP>1"))
     if c["fp8"] and not lim.has_fp8:
         out.append(_violation("fp8_gpu", f"{lim.gpu_name} has no FP8 tensor cores"))
-    n_rec, vpp = c["recompute_num_layers"], c["vpp"]
-    if n_rec and stages and c["recompute_granularity"] == "full":
-        per_chunk = max(stages) // vpp
+    n_rec = c["recompute_num_layers"]
+    if n_rec and c["recompute_granularity"] == "full" and facts.split_error is None:
+        per_chunk = max(s.decoders for s in facts.stages)
         if n_rec > per_chunk:
             out.append(_violation("recompute_num_layers", f"recompute_num_layers={n_rec} exceeds the "
-                                  f"{per_chunk} layers per stage{' chunk' if vpp > 1 else ''}"))
+                                  f"{per_chunk} layers per stage{' chunk' if c['vpp'] > 1 else ''}"))

@@ -11,7 +11,10 @@ import itertools
 from collections.abc import Iterator
 
 from oracle.legality import legal_axes, validate
+from oracle.pipeline_split import candidate_splits
 from oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
+
+from .space import split_knobs
 
 Candidate = tuple[str, TrialConfig]
 
@@ -47,19 +50,22 @@ def _tiers(workload: Workload, cluster: ClusterSpec, base: EffectiveConfig) -> I
         yield "schedule", TrialConfig(pp_schedule="zb", vpp=1, recompute_granularity="none")
         yield "schedule", TrialConfig(pp_schedule="zbv", vpp=2, recompute_granularity="none")
         yield "schedule", TrialConfig(**tier_a, pp_schedule="zb", vpp=1, recompute_granularity="none")
-    vpps = [v for v in axes.vpp if v == 1 or model.num_layers % (base.pp * v) == 0] if base.pp > 1 else [1]
+    layers, mtp = model.num_layers, model.mtp_num_layers
+    vpps = [v for v in axes.vpp if candidate_splits(layers, mtp, base.pp, v)] if base.pp > 1 else [1]
     for vpp, mbs, rc in itertools.product(_near(vpps, base.vpp), _near(axes.mbs, base.mbs),
                                           ("none", "selective", "full")):
-        yield "neighbours", TrialConfig(vpp=vpp, mbs=mbs, recompute_granularity=rc,
-                                        pp_schedule="interleaved" if vpp > 1 else "1f1b")
+        knobs = dict(vpp=vpp, mbs=mbs, recompute_granularity=rc, pp_schedule="interleaved" if vpp > 1 else "1f1b")
+        yield "neighbours", TrialConfig(**knobs)  # the workload's own split, where it still holds
+        yield "neighbours", TrialConfig(**knobs, **split_knobs(candidate_splits(layers, mtp, base.pp, vpp)[0]))
     yield "dp_sharding", TrialConfig(use_distributed_optimizer=True, use_torch_fsdp2=False)
     yield "dp_sharding", TrialConfig(use_distributed_optimizer=False, use_torch_fsdp2=False)
     yield "dp_sharding", TrialConfig(use_distributed_optimizer=False, use_torch_fsdp2=True)
     grid = itertools.product(_near(axes.tp, base.tp), _near(axes.pp, base.pp), _near(axes.ep, base.ep),
                              _near(axes.cp, base.cp))
     for tp, pp, ep, cp in grid:
+        split = candidate_splits(layers, mtp, pp, 1)
         yield "grid", TrialConfig(tp=tp, pp=pp, ep=ep, cp=cp, vpp=1, pp_schedule="1f1b",
-                                  etp=tp if base.etp == base.tp else None)
+                                  etp=tp if base.etp == base.tp else None, **(split_knobs(split[0]) if split else {}))
 
 
 def seed_plan(workload: Workload, cluster: ClusterSpec, budget: int | None = None) -> list[Candidate]:

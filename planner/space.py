@@ -1,6 +1,8 @@
 """The search space: every legal layout of a workload on a cluster, enumerated axis by axis.
 
-Axes: TP, PP, CP, EP, ETP (= TP or 1), VPP, MBS, pipeline schedule, recompute (none/selective/
+Axes: TP, PP, CP, EP, ETP (= TP or 1), VPP with the pipeline split (`oracle.pipeline_split.
+candidate_splits`: the even split where Megatron accepts it, else embedding/loss accounting, balanced
+first/last counts and a balanced layout string), MBS, pipeline schedule, recompute (none/selective/
 full), FP8 (off or the hybrid recipe; E4M3-only projects the same GEMM speed, so it is not a separate
 point), MoE backend (all-to-all, DeepEP, DeepEP with sync-free stages 1-3) and DP sharding
 (distributed optimizer or FSDP2). GBS stays the workload's: it is the training recipe, not a layout.
@@ -15,6 +17,7 @@ from itertools import product
 from math import prod
 
 from oracle.legality import legal_axes, validate
+from oracle.pipeline_split import PipelineSplit, candidate_splits
 from oracle.specs import ClusterSpec, TrialConfig, Workload
 
 
@@ -48,9 +51,11 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
     model, t = workload.model, workload.training
     world, gbs = cluster.world_size, t.global_batch_size
     axes = legal_axes(model, cluster, seq_length=t.seq_length, gbs=gbs)
+    layers, mtp = model.num_layers, model.mtp_num_layers
     for tp in axes.tp:
         for pp in axes.pp:
-            vpps = [v for v in axes.vpp if v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0)]
+            splits = {v: candidate_splits(layers, mtp, pp, v) for v in axes.vpp if v == 1 or pp > 1}
+            vpps = [v for v, options in splits.items() if options]
             for cp in axes.cp:
                 if world % (tp * pp * cp):
                     continue
@@ -64,11 +69,17 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
                                 continue
                             m = gbs // (mbs * dp)
                             for vpp in vpps:
-                                for schedule in _schedules(pp, vpp, m):
+                                for schedule, split in product(_schedules(pp, vpp, m), splits[vpp]):
                                     layout = dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, mbs=mbs, vpp=vpp,
-                                                  pp_schedule=schedule)
+                                                  pp_schedule=schedule, **split_knobs(split))
                                     if _layout_legal(workload, cluster, layout):
                                         yield layout
+
+
+def split_knobs(split: PipelineSplit) -> dict:
+    """The TrialConfig knobs that set a pipeline split (all five: a trial replaces the whole split)."""
+    return dict(pp_layout=split.layout or "none", pp_first_layers=split.first, pp_last_layers=split.last,
+                pp_embedding_in_split=split.embedding, pp_loss_in_split=split.loss)
 
 
 def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> bool:

@@ -2,8 +2,8 @@
 
 Fits a handful of global constants per GPU family (never one per row) by minimising the mean squared
 log error of projected vs measured tokens/s/GPU, plus a penalty whenever two rows of the same model,
-GPU and source come out in the wrong order. Rows: ../shared/calibration/throughput.csv and
-oracle/performance/extra_throughput.csv; unknown knobs are tuned per row (calibration_rows.py).
+GPU and source come out in the wrong order. Rows: calibration/data/throughput.csv and
+calibration/data/extra_throughput.csv; unknown knobs are tuned per row (calibration/rows.py).
 The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four rows), twice: the
 roofline constants with the roofline forced, then, with attention fixed, Origami's efficiency with
 Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell has
@@ -21,12 +21,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.accuracy import report  # noqa: E402
+from calibration.report import throughput_report as report  # noqa: E402
 
+from calibration.rows import Row, load_rows, order_pairs, project  # noqa: E402
 from oracle.catalog import gpu as catalog_gpu  # noqa: E402
 from oracle.performance import calibration  # noqa: E402
 from oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted  # noqa: E402
-from oracle.performance.calibration_rows import Row, load_rows, order_pairs, project  # noqa: E402
 from oracle.performance.gemm_origami import origami_available  # noqa: E402
 
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
@@ -58,9 +58,12 @@ def _objective(rows: list[Row], values: dict[str, float], families: tuple[str, .
     for row in rows:
         fam = family_of_row(row)
         c = with_fitted(constants_for(fam), values) if fam in families else None
-        logs[row.id] = math.log(project(row, c).estimate.tokens_per_s_per_gpu / row.measured)
+        p = project(row, c)
+        if p is None:  # a rejected published run: listed by the report, not fitted
+            continue
+        logs[row.id] = math.log(p.estimate.tokens_per_s_per_gpu / row.measured)
     loss = sum(x * x for x in logs.values()) / len(logs)
-    for a, b in order_pairs(rows):  # a measured faster than b
+    for a, b in order_pairs([r for r in rows if r.id in logs]):  # a measured faster than b
         gap = (logs[b.id] + math.log(b.measured)) - (logs[a.id] + math.log(a.measured)) + ORDER_MARGIN
         loss += ORDER_WEIGHT * max(0.0, gap) ** 2
     return loss
@@ -134,8 +137,8 @@ def _reload(data: dict) -> None:
 
 
 def _dump(data: dict) -> str:
-    head = ("# Fitted by scripts/fit_calibration.py on ../shared/calibration/throughput.csv and\n"
-            "# oracle/performance/extra_throughput.csv. families: fitted per GPU family (cdna3 and cdna4\n"
+    head = ("# Fitted by scripts/fit_calibration.py on calibration/data/throughput.csv and\n"
+            "# calibration/data/extra_throughput.csv. families: fitted per GPU family (cdna3 and cdna4\n"
             "# fitted together; blackwell has no rows and copies hopper). global: fitted on all MoE rows.\n"
             "# priors: physical, not fitted.\n")
     fams = "\n".join(f"  {k}: {{{', '.join(f'{n}: {v[n]}' for n in FITTED)}}}" for k, v in data["families"].items())

@@ -13,7 +13,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from ledger import BudgetLine, Fidelity
-from oracle.layout import data_parallel
+from oracle.layout import layout_facts
 from oracle.legality import LegalAxes, legal_axes, validate
 from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
 
@@ -80,7 +80,7 @@ def tools(session: Session) -> list[Callable]:
         cfg = a.workload.effective(config)
         violations = validate(a.workload.model, cfg, a.cluster)
         return Validation(legal=not violations, violations=violations, config=cfg, config_key=cfg.key,
-                          derived_dp=data_parallel(cfg, a.cluster.world_size) or None)
+                          derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
 
     async def get_legal_axes() -> LegalAxes:
         """Per-knob legal values for the active run's model and cluster."""

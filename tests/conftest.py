@@ -10,7 +10,7 @@ from oracle.inputs import load_cluster, load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-SHARED = ROOT.parent / "shared"
+CALIBRATION_DATA = ROOT / "calibration" / "data"
 
 # Each shipped workload with the cluster it was written for.
 EXAMPLE_PAIRS = {

@@ -11,7 +11,7 @@ from oracle.inputs import load_cluster, load_workload
 from oracle.inputs.yaml_io import resolve_templates
 from oracle.specs import TrialConfig
 
-from .conftest import EXAMPLES, SHARED, example
+from .conftest import CALIBRATION_DATA, EXAMPLES, example
 
 NATIVE_MIXTRAL = """
 extends: mixtral-8x22b
@@ -26,14 +26,16 @@ overlap_grad_reduce: true
 overlap_param_gather: true
 recompute_granularity: null
 cross_entropy_loss_fusion: true
+moe_token_dispatcher_type: alltoall
+moe_grouped_gemm: true
 """
 
 
 def test_catalog_covers_calibration_models_and_gpus():
     import yaml
 
-    cal_models = yaml.safe_load((SHARED / "calibration" / "models.yaml").read_text())
-    cal_gpus = yaml.safe_load((SHARED / "calibration" / "gpus.yaml").read_text())
+    cal_models = yaml.safe_load((CALIBRATION_DATA / "models.yaml").read_text())
+    cal_gpus = yaml.safe_load((CALIBRATION_DATA / "gpus.yaml").read_text())
     assert set(cal_models) <= set(model_names())
     assert {"mixtral-8x22b", "deepseek-v2-lite", "deepseek-v3"} <= set(model_names())
     assert set(cal_gpus) <= set(gpu_names())

@@ -18,8 +18,9 @@ def test_mixtral_tp_set_on_32_gpus_excludes_3_and_6():
     # 48 heads, 8 query groups, hidden 6144, ffn 16384, 8 GPUs per node: TP | gcd(...) and TP | 32 and TP <= 8
     assert axes.tp == [1, 2, 4, 8]
     assert 3 not in axes.tp and 6 not in axes.tp
-    # 56 layers: PP in divisors of 32 that split 56 layers (ceil rule lets 16 and 32 through? 56/16 -> 4*15=60>56)
-    assert axes.pp == [1, 2, 4, 8]
+    # 56 layers: PP 1, 2, 4, 8 split evenly; PP 16 and 32 only with a layout string (56 decoders + E + L
+    # = 58 units over 16 or 32 stages, Megatron's pipeline_model_parallel_layout), which the search may use.
+    assert axes.pp == [1, 2, 4, 8, 16, 32]
     assert axes.ep == [1, 2, 4, 8]
     assert axes.fp8 == ["none", "hybrid", "e4m3"]
 
@@ -43,7 +44,7 @@ def test_schedule_rules():
     assert codes(w, c, pp_schedule="zbv", vpp=2) == set()
     assert "zb_needs_pp" in codes(w, c, pp_schedule="zb", pp=1, vpp=1, tp=8, cp=1)
     assert "vpp_needs_pp" in codes(w, c, pp=1, vpp=2, tp=8)
-    assert "vpp_layers" in codes(w, c, vpp=3)  # 80 % (4*3) != 0
+    assert "split_vpp" in codes(w, c, vpp=3)  # 80 / PP4 = 20 layers per rank, 20 % 3 != 0
     # GBS 128, DP = 64/(4*4*2) = 2, MBS 1 -> 64 micro-batches; MBS 16 -> 4 micro-batches, 4 % PP=4 == 0 ok;
     # GBS 40 -> 20 micro-batches, 20 % 4 == 0; GBS 24 -> 12 % 4 == 0; GBS 12, MBS 1 -> 6 % 4 != 0
     assert "interleaved_microbatches" in codes(w, c, gbs=12)
@@ -75,7 +76,9 @@ def test_fp8_only_on_gpus_that_have_it(tmp_path):
 
 
 def test_uneven_pipeline_split_for_61_layers():
-    w, c = example("deepseek")
+    w, c = example("deepseek")  # 61 layers, PP8, decoder_last_pipeline_num_layers 5 (Primus run_dsv3.sh)
     axes = legal_axes(w.model, c, seq_length=4096, gbs=1024)
     assert 8 in axes.pp  # 7 stages of 8 + a last stage of 5
     assert codes(w, c) == set()
+    # Without the split flag Megatron refuses: 61 % 8 != 0 (transformer_block.get_num_layers_to_build).
+    assert "split_pp" in codes(w, c, pp_last_layers=None, pp_embedding_in_split=False)

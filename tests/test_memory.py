@@ -16,7 +16,7 @@ from oracle.memory import NON_GIB_KEYS, MemoryEstimate, estimate_memory
 from oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, resolve
 
 GIB = 2**30
-MEMORY_CSV = Path(__file__).resolve().parents[2] / "shared" / "calibration" / "memory.csv"
+MEMORY_CSV = Path(__file__).resolve().parents[1] / "calibration" / "data" / "memory.csv"
 
 
 def model(name: str) -> ModelArch:
@@ -321,14 +321,20 @@ def test_mla_model_evaluates() -> None:
 
 
 def test_mtp_and_uneven_stages() -> None:
-    # DeepSeek-V3, PP8: 61 layers -> 8 x7 + 5 (layout), 3 dense layers first, MTP on the last stage.
-    est = estimate(
-        "deepseek-v3", 256, tensor_model_parallel_size=2, pipeline_model_parallel_size=8,
-        expert_model_parallel_size=32, expert_tensor_parallel_size=1, use_distributed_optimizer=True,
-        recompute_granularity="full", global_batch_size=1024,
-    )
-    assert 0 < est.total_gb < 200
-    assert est.breakdown["mem_stage"] in (0, 1)
+    # DeepSeek-V3, PP8: 61 layers -> 8 x7 + 5, 3 dense layers first, MTP on the last stage.
+    common = dict(tensor_model_parallel_size=2, pipeline_model_parallel_size=8, expert_model_parallel_size=32,
+                  expert_tensor_parallel_size=1, use_distributed_optimizer=True, recompute_granularity="full",
+                  global_batch_size=1024)
+    last5 = estimate("deepseek-v3", 256, decoder_last_pipeline_num_layers=5, **common)
+    # The same placement written as a layout string is the same memory, term by term.
+    layout = estimate("deepseek-v3", 256, pipeline_model_parallel_layout="Et*8|(t*8|)*6,t*5mL", **common)
+    assert layout.breakdown == last5.breakdown
+    assert 0 < last5.total_gb < 200
+    # Stage 0 holds 3 dense + 5 MoE layers, stage 1 eight MoE layers: stage 1 is the most loaded.
+    assert last5.breakdown["mem_stage"] == 1
+    # Moving one decoder to the last stage (6 + MTP + loss) makes it the most loaded, with more weights.
+    heavy = estimate("deepseek-v3", 256, pipeline_model_parallel_layout="Et*7|(t*8|)*6,t*6mL", **common)
+    assert heavy.breakdown["mem_stage"] == 7 and heavy.breakdown["mem_weights"] > last5.breakdown["mem_weights"]
 
 
 def test_fp8_and_deepep_add_memory() -> None:

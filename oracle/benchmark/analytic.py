@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..layout import data_parallel
+from ..layout import layout_facts
 from ..memory.activations import layer_acts
 from ..memory.geometry import geometry
 from ..performance.arch import arch_of
@@ -30,12 +30,12 @@ class LayerProjection:
 def project_layer(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, moe: bool) -> LayerProjection:
     """Analytic compute time and stored activations of one dense or MoE layer on one rank."""
     a = arch_of(model)
-    ctx = _ctx(a, cfg, cluster, constants(cluster.gpu), max(1, data_parallel(cfg, cluster.world_size)))
+    facts = layout_facts(model, cfg, cluster.world_size)
+    ctx = _ctx(a, cfg, cluster, constants(cluster.gpu), facts.dp_or_1)
     work = transformer_layer(ctx, moe, sum(layer_params(a, ctx.tp, ctx.ep, ctx.etp, moe)))
-    sp = cfg.sequence_parallel and cfg.tp > 1
-    acts = layer_acts(geometry(model), cfg.tp, sp, cfg.use_flash_attn, False, cfg.seq_length, cfg.etp,
+    acts = layer_acts(geometry(model), cfg.tp, facts.sp, cfg.use_flash_attn, (), cfg.seq_length, cfg.etp,
                       cfg.fp8 is not None)
-    tokens = cfg.mbs * cfg.seq_length / cfg.cp
+    tokens = facts.tokens
     return LayerProjection(fwd_ms=sum(work.f[i] for i in COMPUTE),
                            bwd_ms=sum(work.b[i] + work.w[i] for i in COMPUTE),
                            act_bytes=(acts.moe if moe else acts.dense) * tokens)

@@ -8,21 +8,27 @@ from typing import Any
 from ..catalog import model_card, model_names
 from ..errors import InputError
 from ..specs import ModelArch, TrainingArgs, Workload
+from .primus_tree import find_primus_root, resolve_trainer
+from .stack_vocabulary import stack_arguments
 from .yaml_io import build, deep_merge, read_mapping, resolve_templates, unknown_key_error
 
 MODEL_KEYS = set(ModelArch.model_fields) - {"name", "source"}
 TRAINING_KEYS = set(TrainingArgs.model_fields)
-
-# Megatron/Primus arguments that do not change memory or throughput: accepted and ignored.
-INERT_KEYS = {
-    "train_iters", "train_samples", "lr", "min_lr", "lr_warmup_iters", "lr_decay_iters", "lr_decay_style",
-    "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "clip_grad", "seed", "init_method_std",
-    "norm_epsilon", "eod_mask_loss", "max_position_embeddings", "position_embedding_type", "rotary_base",
-    "rotary_percent", "rotary_scaling_factor", "tokenizer_type", "tokenizer_model", "hidden_dropout",
-    "attention_dropout", "attention_softmax_in_fp32", "qk_layernorm", "log_interval", "eval_interval",
-    "eval_iters", "save_interval", "mock_data", "moe_router_load_balancing_type", "moe_aux_loss_coeff",
-    "moe_router_force_load_balancing", "moe_grouped_gemm", "moe_token_dispatcher_type", "moe_router_dtype",
-    "gradient_accumulation_fusion", "make_vocab_size_divisible_by", "description",
+STACKS = ("megatron-lm", "megatron-bridge", "primus")
+# Keys of paratune's own workload files (not stack arguments).
+OWN_KEYS = {"extends", "stack", "description", "name", "source"}
+# Defaults where the stacks differ from TrainingArgs' (which follow the Megatron-LM CLI):
+#  - Megatron-Bridge: the published perf recipes reduce gradients in bf16 (`_benchmark_common` /
+#    `_perf_precision` set ddp.grad_reduce_in_fp32 = False, Megatron-Bridge src/megatron/bridge/
+#    perf_recipes/_common.py @067f987df0).
+#  - Primus: pre_trainer.yaml turns the distributed optimizer on (trainer_base.yaml has it off) and
+#    flash attention on; language_model.yaml keeps sequence parallelism on (AMD-AGI/Primus @fd1eeabbad
+#    primus/configs/modules/megatron/pre_trainer.yaml:30-32, models/megatron/language_model.yaml:166).
+#    These apply when no Primus tree is at hand; with one, its own files give them.
+STACK_DEFAULTS: dict[str, dict[str, Any]] = {
+    "megatron-lm": {},
+    "megatron-bridge": {"grad_reduce_in_fp32": False},
+    "primus": {"use_distributed_optimizer": True, "use_flash_attn": True, "sequence_parallel": True},
 }
 
 
@@ -54,31 +60,60 @@ def _card(ref: str, base_dir: Path, file: str, seen: tuple[str, ...] = ()) -> di
     )
 
 
-def _apply_aliases(args: dict[str, Any]) -> dict[str, Any]:
-    """Megatron flag spellings that mean one of our keys."""
+def _apply_aliases(args: dict[str, Any], file: str) -> dict[str, Any]:
+    """Megatron/Primus spellings that mean one of the modelled keys (Megatron-LM arguments.py and
+    megatron-core config names)."""
     out = dict(args)
     if "disable_bias_linear" in out:
         out["add_bias_linear"] = not out.pop("disable_bias_linear")
     if out.pop("group_query_attention", True) is False:
         out["num_query_groups"] = None
+    for alias, name in (("num_layers_in_first_pipeline_stage", "decoder_first_pipeline_num_layers"),
+                        ("num_layers_in_last_pipeline_stage", "decoder_last_pipeline_num_layers"),
+                        ("num_virtual_stages_per_pipeline_rank", "virtual_pipeline_model_parallel_size")):
+        if out.get(alias) is not None:
+            out[name] = out.pop(alias)
+        else:
+            out.pop(alias, None)
+    per_stage = out.pop("num_layers_per_virtual_pipeline_stage", None)
+    if per_stage is not None:  # arguments.py: VPP = (num_layers / PP) / n, which must divide
+        layers, pp = out.get("num_layers"), out.get("pipeline_model_parallel_size", 1)
+        if not isinstance(layers, int) or not isinstance(pp, int) or not isinstance(per_stage, int) or per_stage < 1 \
+                or layers % pp or (layers // pp) % per_stage:
+            raise InputError(f"num_layers / PP must be divisible by {per_stage!r} (Megatron-LM arguments.py)",
+                             file=file, key="num_layers_per_virtual_pipeline_stage")
+        out["virtual_pipeline_model_parallel_size"] = layers // pp // per_stage
+    if out.pop("recompute_activations", False):  # Megatron-LM: --recompute-activations = selective
+        out["recompute_granularity"] = "selective"
+    if out.pop("moe_layer_recompute", False):  # deprecated spelling of selective + the moe module
+        out["recompute_granularity"] = "selective"
+        out["recompute_modules"] = [*(out.get("recompute_modules") or ["core_attn"]), "moe"]
+    if out.pop("grad_reduce_in_bf16", False):  # Megatron-LM: keeps bf16 gradients (no fp32 promotion)
+        out["grad_reduce_in_fp32"] = False
     return out
 
 
-def _split(args: dict[str, Any], *, file: str, name: str, strict: bool) -> Workload:
-    """Divide one flat argument mapping into model and training parts and validate both."""
-    args = _apply_aliases(args)
+def _split(args: dict[str, Any], *, file: str, name: str, stack: str) -> Workload:
+    """Divide one flat argument mapping into model and training parts and validate both; a real stack
+    argument that is not modelled is kept aside by name, anything else is an unknown key."""
+    args = _apply_aliases(args, file)
     model_args = {"name": args.pop("name", name), "source": args.pop("source", file)}
-    training_args: dict[str, Any] = {}
+    training_args: dict[str, Any] = dict(STACK_DEFAULTS[stack])
+    not_modelled: list[str] = []
+    known = stack_arguments()
     for key, value in args.items():
         if key in MODEL_KEYS:
             model_args[key] = value
         elif key in TRAINING_KEYS:
             training_args[key] = value
-        elif strict and key not in INERT_KEYS:
-            raise unknown_key_error(key, sorted(MODEL_KEYS | TRAINING_KEYS), file)
+        elif key in known or key in OWN_KEYS:
+            not_modelled.append(key)
+        else:
+            raise unknown_key_error(key, sorted(MODEL_KEYS | TRAINING_KEYS | known), file)
     model = build(ModelArch, _null_means_default(model_args, ModelArch), file=file)
     training = build(TrainingArgs, _null_means_default(training_args, TrainingArgs), file=file)
-    return Workload(name=Path(file).stem, model=model, training=training)
+    return Workload(name=Path(file).stem, model=model, training=training, stack=stack,
+                    not_modelled=tuple(sorted(set(not_modelled) - OWN_KEYS)))
 
 
 def _null_means_default(args: dict[str, Any], spec: type[ModelArch] | type[TrainingArgs]) -> dict[str, Any]:
@@ -88,14 +123,20 @@ def _null_means_default(args: dict[str, Any], spec: type[ModelArch] | type[Train
 
 def _native(path: Path, data: dict[str, Any]) -> Workload:
     file = str(path)
+    stack = data.pop("stack", "megatron-lm")
+    if stack not in STACKS:
+        raise InputError(f"must be one of {', '.join(STACKS)}", file=file, key="stack")
     card: dict[str, Any] = {}
     for parent in _extends_list(data.pop("extends", []), file):
         card = deep_merge(card, _card(parent, path.parent, file))
     merged = {**card, **data}
-    return _split(merged, file=file, name=card.get("name", path.stem), strict=True)
+    return _split(merged, file=file, name=card.get("name", path.stem), stack=stack)
 
 
-def _primus(path: Path, data: dict[str, Any]) -> Workload:
+def _primus(path: Path, data: dict[str, Any], primus_root: str | None) -> Workload:
+    """A Primus experiment read as Primus reads it (oracle/inputs/primus_tree.py): the module config
+    chain, then the model file's keys it lacks, then `overrides`; a catalog model name stands for a
+    model file."""
     file = str(path)
     data = resolve_templates(data)
     trainer = data.get("modules", {}).get("pre_trainer") if isinstance(data.get("modules"), dict) else None
@@ -104,16 +145,24 @@ def _primus(path: Path, data: dict[str, Any]) -> Workload:
     ref = trainer.get("model")
     if not isinstance(ref, str):
         raise InputError("missing model file or name", file=file, key="modules.pre_trainer.model")
-    overrides = trainer.get("overrides") or {}
-    if not isinstance(overrides, dict):
-        raise InputError("must be a mapping", file=file, key="modules.pre_trainer.overrides")
-    card = _card(ref, path.parent, file)
-    merged = deep_merge(card, overrides)
-    return _split(merged, file=file, name=card.get("name", Path(ref).stem), strict=False)
+    root = find_primus_root(path, primus_root)
+    if ref in model_names() and not (path.parent / ref).exists():
+        overrides = trainer.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise InputError("must be a mapping", file=file, key="modules.pre_trainer.overrides")
+        card, merged = model_card(ref, file=file), None
+        merged = deep_merge(card, overrides)
+        name = card.get("name", ref)
+    else:
+        resolved = resolve_trainer(path, trainer, root)
+        merged = resolved.args
+        name = resolved.model_chain[-1].stem if resolved.model_chain else Path(ref).stem
+    return _split(merged, file=file, name=name, stack="primus")
 
 
-def load_workload(path: str | Path) -> Workload:
-    """A workload from a native or Primus YAML file; bad input raises InputError naming file and key."""
+def load_workload(path: str | Path, *, primus_root: str | None = None) -> Workload:
+    """A workload from a native or Primus YAML file; bad input raises InputError naming file and key.
+    `primus_root` (or $PRIMUS_ROOT, or a Primus checkout above the file) locates Primus's configs."""
     p = Path(path)
     data = read_mapping(p)
-    return _primus(p, data) if "modules" in data else _native(p, data)
+    return _primus(p, data, primus_root) if "modules" in data else _native(p, data)

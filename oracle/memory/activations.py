@@ -48,9 +48,19 @@ class LayerActs:
 
 @lru_cache(maxsize=8192)
 def layer_acts(
-    g: Geometry, tp: int, sp: bool, flash: bool, selective: bool, seq: int, etp: int, fp8: bool = False
+    g: Geometry, tp: int, sp: bool, flash: bool, modules: tuple[str, ...], seq: int, etp: int, fp8: bool = False
 ) -> LayerActs:
+    """Stored bytes per token of one dense and one MoE layer; `modules` are the selective-recompute
+    modules (megatron-core 0.16.1 transformer_config.py `recompute_modules`), each of which keeps only
+    what its checkpoint needs:
+      core_attn: the attention core keeps nothing beyond its Q, K, V inputs;
+      layernorm: the two norm outputs are discarded (output-discarding checkpoint), their inputs stay;
+      mla_up_proj: MLA's up-projected Q, K, V are discarded, the latents stay;
+      mlp: a dense MLP keeps only its input; moe: an MoE layer keeps only its input;
+      moe_act: the expert activation output (fc2 input) is discarded;
+      shared_experts: the shared-expert MLP keeps only its input (the router's input)."""
     h, a = g.h, g.heads
+    selective = "core_attn" in modules
     # Bytes of a saved GEMM input: under FP8, TE quantises the input of every FP8 GEMM and keeps only
     # that FP8 copy (column-wise usage, for the weight gradient): 1 B instead of 2 B. Tensors another
     # op also needs in high precision (flash-attention output, router input, activation-function
@@ -62,7 +72,8 @@ def layer_acts(
 
     # ---- attention block -------------------------------------------------------------------------
     ln1 = B * h / r + stat  # input_layernorm input
-    qkv_in = li * h / r  # norm output, saved by the QKV (or MLA down/q) linears for their wgrad
+    norm_out = 0.0 if "layernorm" in modules else 1.0  # norm outputs kept (1) or recomputed (0)
+    qkv_in = norm_out * li * h / r  # norm output, saved by the QKV (or MLA down/q) linears for their wgrad
     latents = 0.0
     if g.mla:
         qk = g.qk_head_dim + g.qk_pos_dim
@@ -76,6 +87,8 @@ def layer_acts(
         k_w = v_w = g.groups * g.head_dim
         ctx_w = q_w
     qkv = B * (q_w + k_w + v_w) / tp  # Q, K (for QK^T or flash) and V
+    if g.mla and "mla_up_proj" in modules:
+        qkv = 0.0
     # attention output = output-projection input; flash saves it too (the same bf16 tensor), so under
     # FP8 with flash both the bf16 output and the FP8 GEMM input are kept
     ctx = (B * ctx_w / tp) if not fp8 else ((B + li) if flash else li) * ctx_w / tp
@@ -95,7 +108,10 @@ def layer_acts(
     fc1_in = li * h / r
     act_in = B * g.gated * g.ffn / tp  # GeLU input, or SwiGLU's gate and up halves
     fc2_in = li * g.ffn / tp  # activation output
-    dense = attention + ln2 + fc1_in + act_in + fc2_in + mask
+    if "mlp" in modules:  # the checkpointed MLP keeps its input (the norm output) only
+        dense = attention + ln2 + fc1_in + mask
+    else:
+        dense = attention + ln2 + norm_out * fc1_in + act_in + fc2_in + mask
 
     # zero-bubble W stash: inputs of every linear and the gradients of their outputs
     attn_lin_in = qkv_in + ctx + (li * (g.kv_lora_rank + g.q_lora_rank) / r if g.mla else 0.0)
@@ -109,18 +125,22 @@ def layer_acts(
         routed_local = k_eff / r  # (token, expert) pairs this rank dispatches, per token
         pairs = routed_local * etp  # pairs it computes after the all-to-all and the ETP all-gather
         ffn_e = g.expert_ffn / etp
-        router = B * h / r + ROUTER_SCORE_BYTES * g.experts / r  # norm output (router + shared input)
+        moe_in = B * h / r  # norm output: the router's and the shared experts' input
+        router = norm_out * moe_in + ROUTER_SCORE_BYTES * g.experts / r
         experts = (
             li * h * pairs  # expert fc1 input (permuted tokens)
             + B * g.gated * ffn_e * pairs  # activation input
-            + li * ffn_e * pairs  # fc2 input
+            + (0.0 if "moe_act" in modules else li * ffn_e * pairs)  # fc2 input (activation output)
             + B * h * routed_local  # expert outputs kept by the prob-weighted unpermute
         )
         # shared experts read the router's bf16 input; under FP8 their fc1 keeps its own FP8 copy
         shared = 0.0
-        if g.shared_ffn:
+        if g.shared_ffn and "shared_experts" not in modules:
             shared = (B * g.gated * g.shared_ffn + li * g.shared_ffn) / tp + (li * h / r if fp8 else 0.0)
-        moe = attention + ln2 + router + experts + shared + mask
+        if "moe" in modules:  # the checkpointed MoE layer keeps its input only
+            moe = attention + ln2 + moe_in + mask
+        else:
+            moe = attention + ln2 + router + experts + shared + mask
         moe_wgrad = (
             attn_lin_in
             + attn_lin_grad

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..layout import replicas
+from ..layout import layout_facts, split_of
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .activations import edge_acts, layer_acts
 from .constants import (
@@ -12,11 +12,10 @@ from .constants import (
     FSDP_UNSHARDED_GRAD_LAYERS,
     FSDP_UNSHARDED_WEIGHT_LAYERS,
     GIB,
-    GRAD_BYTES,
-    OPTIMIZER_BYTES,
     RUNTIME_CONTEXT_GIB,
     WEIGHT_BYTES,
 )
+from .state_bytes import grad_bytes, optimizer_bytes
 from .geometry import geometry
 from .inflight import device_plans, saturated_microbatches
 from .overheads import allocator_overhead, comm_buffers, deepep_buffers
@@ -45,39 +44,43 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     """Per-GPU memory (GiB) of `cfg` training `model` on `cluster`, for the most-loaded pipeline GPU."""
     g = geometry(model)
     c = cfg.__dict__  # plain dict reads: pydantic attribute access is the slow part of a call
-    tp, pp, cp, vpp = c["tp"], c["pp"], c["cp"], max(c["vpp"], 1)
-    etp, ep, mbs, seq = c["etp"], c["ep"], c["mbs"], c["seq_length"]
-    sp = c["sequence_parallel"] and tp > 1
+    gpn = cluster.gpus_per_node
+    facts = layout_facts(model, cfg, cluster.num_nodes * gpn)
+    tp, pp, cp, vpp = c["tp"], c["pp"], c["cp"], facts.vpp
+    etp, ep = c["etp"], c["ep"]
+    sp = facts.sp
     granularity = c["recompute_granularity"]
     full = granularity == "full"
     fp8 = c["fp8"] is not None
-    gpn = cluster.gpus_per_node
-    world = cluster.num_nodes * gpn
 
     # Data-parallel sizes; an illegal layout has none (0): treat it as 1.
-    dp = replicas(world, tp * pp * cp) or 1
-    edp = replicas(world, etp * ep * pp) or 1
-    nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, c["gbs"] // (mbs * dp) or 1)
+    dp, edp = facts.dp_or_1, facts.edp_or_1
+    nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, facts.microbatches_or_1)
 
     dense_l, moe_l = layer_params(g, tp, etp, ep)
-    edge = edge_params(g, tp, etp, ep, pp, seq)
-    acts = layer_acts(g, tp, sp, c["use_flash_attn"], granularity == "selective", seq, etp, fp8)
+    edge = edge_params(g, tp, etp, ep, pp, c["seq_length"])
+    acts = layer_acts(g, tp, sp, c["use_flash_attn"], c["recompute_modules"] or (), c["seq_length"], etp, fp8)
     eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
     n_rec = c["recompute_num_layers"]
     n_rec = (1 if n_rec is None else n_rec) if full else 0  # Megatron's default: 1 layer per group
-    plans = device_plans(g, pp, vpp, c["pp_schedule"], nmb, full, c["recompute_method"], n_rec)
-    tokens = mbs * seq / cp  # tokens of one micro-batch on this rank's CP slice
+    plans = device_plans(g, pp, vpp, split_of(cfg), c["pp_schedule"], nmb, full, c["recompute_method"], n_rec)
+    tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
 
-    # Bytes per parameter. Megatron DDP: 2 (bf16 weight) + 4 (fp32 main grad) + 12 (fp32 master, Adam
-    # m and v) = 18. Distributed optimizer: the 12 are sharded over the gradient-reduction group, which
+    # Bytes per parameter (state_bytes.py): bf16 weight, fp32 or bf16 main grad, optimizer state.
+    # The distributed optimizer shards the optimizer state over the gradient-reduction group, which
     # is DP x CP for dense parameters (Megatron's data-parallel group "with context parallel"; the
     # 6 + 12/DP of theoretical_memory_usage.py assumes CP = 1) and expert-DP for expert parameters.
-    # FSDP2 shards weights, gradients and optimizer state over the same groups.
+    # Torch FSDP2 shards weights, gradients and optimizer state over the same groups; Megatron-FSDP
+    # shards what its data_parallel_sharding_strategy names (optim, optim_grads, optim_grads_params).
     dense_shard, expert_shard = dp * cp, edp
-    fsdp, distopt = c["use_torch_fsdp2"], c["use_distributed_optimizer"]
+    w_sharded, g_sharded, o_sharded = _sharding(c)
+    grad_b, opt_b = grad_bytes(cfg), optimizer_bytes(cfg)
+    # FP8 primary weights: the linear weights have no bf16 copy, only the FP8 one (state_bytes.py).
+    fp8_primary = fp8 and c["fp8_param_gather"]
 
-    deepep_on = c["use_turbo_deepep"]
-    comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on)
+    deepep_on = c["use_turbo_deepep"] or c["moe_token_dispatcher_type"] == "flex"
+    comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on,
+                                             c["moe_token_dispatcher_type"] == "allgather")
     deepep = deepep_buffers(g, ep, etp, gpn) if deepep_on else 0.0
     fixed = comm_nccl + comm_transient + deepep + _RUNTIME
     mtp_body = (acts.layer_input if full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra
@@ -85,12 +88,11 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     # Loop invariants (bytes per layer / per token), hoisted out of the per-GPU loop.
     dl_dense, dl_lin = dense_l.dense, dense_l.linear
     ml_dense, ml_exp, ml_lin = moe_l.dense, moe_l.expert, moe_l.linear
-    out_edge = edge.output + edge.final_norm + edge.mtp_embedding
+    out_edge = edge.output + edge.final_norm
     act_d, act_m, act_in = acts.dense * tokens, acts.moe * tokens, acts.layer_input * tokens
     act_emb, act_logits = eacts.embedding * tokens, eacts.logits * tokens
     act_mtp = g.mtp_layers * mtp_body * tokens
     stash_d, stash_m = acts.dense_wgrad * tokens, acts.moe_wgrad * tokens
-    opt_shard = distopt and not fsdp
 
     best = None
     for p in plans:
@@ -102,34 +104,31 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
         p_edge = edge.embedding if p.has_embedding else 0.0
         if p.has_output:
             p_edge += out_edge
+        if p.has_mtp:
+            p_edge += edge.mtp_embedding
             p_dense += edge.mtp.dense
             p_expert += edge.mtp.expert
             p_linear += edge.mtp.linear
         p_dense += p_edge
-        if fsdp:
-            local = p_dense / dense_shard + p_expert / expert_shard
-            big = max(dl_dense if nd else 0.0, ml_dense + ml_exp if nm else 0.0)
-            big_lin = max(dl_lin if nd else 0.0, ml_lin if nm else 0.0)
-            weights = WEIGHT_BYTES * (local + FSDP_UNSHARDED_WEIGHT_LAYERS * big)
-            grads = GRAD_BYTES * (local + FSDP_UNSHARDED_GRAD_LAYERS * big)
-            optimizer = OPTIMIZER_BYTES * local
-            fp8_copies = FP8_WEIGHT_COPY_BYTES * FSDP_UNSHARDED_WEIGHT_LAYERS * big_lin if fp8 else 0.0
+        local = p_dense / dense_shard + p_expert / expert_shard
+        held = p_dense + p_expert
+        big = max(dl_dense if nd else 0.0, ml_dense + ml_exp if nm else 0.0)  # largest layer, unsharded
+        big_lin = max(dl_lin if nd else 0.0, ml_lin if nm else 0.0)
+        if w_sharded:  # the current and the prefetched layer are gathered at once
+            w_params, lin = local + FSDP_UNSHARDED_WEIGHT_LAYERS * big, FSDP_UNSHARDED_WEIGHT_LAYERS * big_lin
         else:
-            held = p_dense + p_expert
-            weights = WEIGHT_BYTES * held
-            grads = GRAD_BYTES * held
-            optimizer = OPTIMIZER_BYTES * (p_dense / dense_shard + p_expert / expert_shard if opt_shard else held)
-            fp8_copies = FP8_WEIGHT_COPY_BYTES * p_linear if fp8 else 0.0
+            w_params, lin = held, p_linear
+        weights = WEIGHT_BYTES * (w_params - (lin if fp8_primary else 0.0))
+        fp8_copies = FP8_WEIGHT_COPY_BYTES * lin if fp8 else 0.0
+        grads = grad_b * (local + FSDP_UNSHARDED_GRAD_LAYERS * big if g_sharded else held)
+        optimizer = opt_b * (local if o_sharded else held)
 
         # ---- activations -------------------------------------------------------------------------
         a_dense = p.dense_full_mb * act_d + p.dense_input_mb * act_in
         a_moe = p.moe_full_mb * act_m + p.moe_input_mb * act_in
         a_emb = p.embedding_mb * act_emb
-        if p.has_output:
-            a_logits = act_logits  # the last chunk runs each backward right after its forward: 1 mb
-            a_mtp = p.output_mb * act_mtp
-        else:
-            a_logits = a_mtp = 0.0
+        a_logits = act_logits if p.has_output else 0.0  # the last chunk runs each backward right after its forward
+        a_mtp = p.mtp_mb * act_mtp if p.has_mtp else 0.0
         a_transient = 0.0
         for layers, has_d, has_m in p.recompute_groups:
             # the backward of a recomputed group holds its full activations for one micro-batch
@@ -173,3 +172,13 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
         "mem_params_embedding_count": counts[2],
     }
     return MemoryEstimate(total / GIB, param_opt / GIB, activation / GIB, breakdown)
+
+
+def _sharding(c: dict) -> tuple[bool, bool, bool]:
+    """Whether (weights, gradients, optimizer state) are sharded over the data-parallel groups."""
+    if c["use_torch_fsdp2"]:
+        return True, True, True
+    if c["use_megatron_fsdp"]:
+        strategy = c["data_parallel_sharding_strategy"]
+        return strategy == "optim_grads_params", strategy in ("optim_grads", "optim_grads_params"), strategy != "no_shard"
+    return False, False, c["use_distributed_optimizer"]

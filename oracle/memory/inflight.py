@@ -1,8 +1,8 @@
 """Which layers each GPU of the pipeline holds, and how many micro-batches it keeps at its peak.
 
-A model is cut into PP x VPP chunks (Megatron's split: even, or ceil(L/n) each with the rest on the
-last chunk). GPU i holds chunk i (1F1B, ZB-H1), chunks i, i+PP, ... (interleaved), or chunks i and
-2PP-1-i (ZB-V's "V"). The peak is counted in chunk-micro-batches whose activations are stored at once.
+A model is cut into PP x VPP chunks by Megatron's split (`oracle.pipeline_split`: even, embedding/loss
+accounting, first/last counts or a layout string). GPU i holds chunk i (1F1B, ZB-H1), chunks i, i+PP,
+... (interleaved), or chunks i and 2PP-1-i (ZB-V's "V"). The peak is counted in chunk-micro-batches whose activations are stored at once.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import stage_layer_counts
+from ..pipeline_split import PipelineSplit, SplitError, split_layers
 from .geometry import Geometry
 
 
@@ -21,6 +21,7 @@ class Chunk:
     start: int  # first layer's index in the model (-1 when the split was not exact)
     has_embedding: bool
     has_output: bool
+    has_mtp: bool
 
     @property
     def layers(self) -> float:
@@ -28,21 +29,25 @@ class Chunk:
 
 
 @lru_cache(maxsize=4096)
-def chunks(g: Geometry, n: int) -> tuple[Chunk, ...]:
-    """The model's `n` = PP x VPP chunks in order."""
-    counts = stage_layer_counts(g.num_layers, n)
+def chunks(g: Geometry, pp: int, vpp: int, split: PipelineSplit) -> tuple[Chunk, ...]:
+    """The model's PP x VPP chunks in model order, as Megatron's split places the layers."""
+    try:
+        stages = split_layers(g.num_layers, g.mtp_layers, pp, vpp if vpp > 1 else None, split)
+    except SplitError:
+        stages = ()
     out: list[Chunk] = []
-    if counts:
+    if stages and sum(s.decoders for s in stages) == g.num_layers:
         start = 0
-        for i, c in enumerate(counts):
-            moe = sum(g.pattern[start : start + c])
-            out.append(Chunk(c - moe, moe, start, i == 0, i == n - 1))
-            start += c
+        for st in stages:
+            moe = sum(g.pattern[start : start + st.decoders])
+            out.append(Chunk(st.decoders - moe, moe, start, st.embedding, st.loss, st.mtp > 0))
+            start += st.decoders
         return tuple(out)
     # Not splittable (an illegal layout): spread the layers evenly so the estimate stays finite.
-    per = g.num_layers / max(n, 1)
+    n = max(pp * vpp, 1)
+    per = g.num_layers / n
     moe_share = sum(g.pattern) / g.num_layers
-    return tuple(Chunk(per * (1 - moe_share), per * moe_share, -1, i == 0, i == n - 1) for i in range(max(n, 1)))
+    return tuple(Chunk(per * (1 - moe_share), per * moe_share, -1, i == 0, i == n - 1, i == n - 1) for i in range(n))
 
 
 def device_chunk_ids(i: int, pp: int, vpp: int, zbv: bool) -> tuple[int, ...]:
@@ -52,16 +57,17 @@ def device_chunk_ids(i: int, pp: int, vpp: int, zbv: bool) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=4096)
-def candidate_devices(g: Geometry, pp: int, vpp: int, zbv: bool) -> tuple[tuple[int, tuple[Chunk, ...]], ...]:
+def candidate_devices(g: Geometry, pp: int, vpp: int, zbv: bool, split: PipelineSplit) -> tuple[tuple[int, tuple[Chunk, ...]], ...]:
     """One GPU per distinct set of held layers: the lowest-index one, which (for every schedule here)
     keeps at least as many micro-batches in flight as any later GPU with the same layers."""
-    all_chunks = chunks(g, pp * vpp)
+    all_chunks = chunks(g, pp, vpp, split)
     seen: set = set()
     out = []
     for i in range(pp):
         held = tuple(all_chunks[c] for c in device_chunk_ids(i, pp, vpp, zbv) if c < len(all_chunks))
         sig = tuple(
-            (g.pattern[c.start : c.start + int(c.layers)] if c.start >= 0 else (c.dense, c.moe), c.has_embedding, c.has_output)
+            (g.pattern[c.start : c.start + int(c.layers)] if c.start >= 0 else (c.dense, c.moe), c.has_embedding,
+             c.has_output, c.has_mtp)
             for c in held
         )
         if sig not in seen:
@@ -131,8 +137,10 @@ class DevicePlan:
     moe_full_mb: float
     dense_input_mb: float  # ... x (stored layer inputs of recomputed dense layers / groups)
     moe_input_mb: float
+    has_mtp: bool
     embedding_mb: int  # micro-batches stored by the chunk with the embedding
-    output_mb: int  # ... by the chunk with the output layer (and the MTP block)
+    output_mb: int  # ... by the chunk with the output layer
+    mtp_mb: int  # ... by the chunk with the MTP block
     recompute_groups: tuple[tuple[float, bool, bool], ...]  # (layers recomputed at once, dense?, moe?)
     wgrad_dense_mb: float  # deferred W passes x dense layers (ZB-H1)
     wgrad_moe_mb: float
@@ -159,14 +167,15 @@ def _recompute_split(g: Geometry, ch: Chunk, method: str | None, n_rec: int) -> 
 
 @lru_cache(maxsize=16384)
 def device_plans(
-    g: Geometry, pp: int, vpp: int, schedule: str, nmb: int, full: bool, method: str | None, n_rec: int
+    g: Geometry, pp: int, vpp: int, split: PipelineSplit, schedule: str, nmb: int, full: bool, method: str | None,
+    n_rec: int
 ) -> tuple[DevicePlan, ...]:
     """The plan of every candidate GPU that could be the most loaded (none an earlier one covers)."""
     out = []
-    for index, held in candidate_devices(g, pp, vpp, schedule == "zbv"):
+    for index, held in candidate_devices(g, pp, vpp, schedule == "zbv", split):
         counts, pending_w = peak_chunk_microbatches(schedule, pp, vpp, nmb, index)
         dense = moe = d_full = m_full = d_in = m_in = w_d = w_m = layer_mbs = 0.0
-        emb_mb = out_mb = 0
+        emb_mb = out_mb = mtp_mb = 0
         groups = set()
         for ch, n in zip(held, counts):
             dense += ch.dense
@@ -183,12 +192,15 @@ def device_plans(
                 emb_mb = n
             if ch.has_output:
                 out_mb = n
+            if ch.has_mtp:
+                mtp_mb = n
             w_d += pending_w * ch.dense
             w_m += pending_w * ch.moe
         out.append(
             DevicePlan(
                 index, dense, moe, any(c.has_embedding for c in held), any(c.has_output for c in held),
-                d_full, m_full, d_in, m_in, emb_mb, out_mb, tuple(sorted(groups)), w_d, w_m,
+                d_full, m_full, d_in, m_in, any(c.has_mtp for c in held), emb_mb, out_mb, mtp_mb,
+                tuple(sorted(groups)), w_d, w_m,
                 layer_mbs / (dense + moe) if dense + moe else 0.0,
             )
         )
@@ -201,8 +213,8 @@ def _load(p: DevicePlan) -> tuple[float, ...]:
     a recompute group counts through the most layers it recomputes at once, per layer type."""
     dense_group = max((layers for layers, has_d, _ in p.recompute_groups if has_d), default=0.0)
     moe_group = max((layers for layers, _, has_m in p.recompute_groups if has_m), default=0.0)
-    return (p.dense_layers, p.moe_layers, p.has_embedding, p.has_output, p.dense_full_mb, p.moe_full_mb,
-            p.dense_input_mb, p.moe_input_mb, p.embedding_mb, p.output_mb, dense_group, moe_group,
+    return (p.dense_layers, p.moe_layers, p.has_embedding, p.has_output, p.has_mtp, p.dense_full_mb, p.moe_full_mb,
+            p.dense_input_mb, p.moe_input_mb, p.embedding_mb, p.output_mb, p.mtp_mb, dense_group, moe_group,
             p.wgrad_dense_mb, p.wgrad_moe_mb)
 
 

@@ -17,7 +17,8 @@ from .geometry import Geometry
 
 
 def comm_buffers(
-    g: Geometry, tp: int, pp: int, cp: int, ep: int, etp: int, dp: int, edp: int, sp: bool, tokens: float, deepep: bool
+    g: Geometry, tp: int, pp: int, cp: int, ep: int, etp: int, dp: int, edp: int, sp: bool, tokens: float, deepep: bool,
+    allgather: bool = False,
 ) -> tuple[float, float]:
     """(NCCL communicator buffers, transient collective buffers), bytes.
 
@@ -26,7 +27,9 @@ def comm_buffers(
     DP adds only its communicator. Transients, for one micro-batch of one layer:
       - SP: the all-gathered [s/cp, b, h] linear input (Megatron's global memory buffer), x2;
       - PP: the received forward activation and backward gradient [s/cp/r, b, h];
-      - EP all-to-all (not DeepEP): the permuted send buffer, topk x capacity x [s/cp/r, b, h].
+      - EP all-to-all (not DeepEP): the permuted send buffer, topk x capacity x [s/cp/r, b, h];
+      - EP allgather dispatcher: the hidden states gathered from the EP group, EP x [s/cp/r, b, h]
+        (megatron-core moe/token_dispatcher.py MoEAllGatherTokenDispatcher).
     """
     groups = (tp > 1) + (cp > 1) + (dp * cp > 1) + (pp > 1)
     if g.is_moe:
@@ -38,7 +41,10 @@ def comm_buffers(
     if pp > 1:
         transient += 2 * ACT_BYTES * g.h * tokens / r
     if g.is_moe and ep > 1 and not deepep:
-        transient += ACT_BYTES * g.h * tokens * g.topk * (g.capacity_factor or 1.0) / r
+        if allgather:
+            transient += ACT_BYTES * g.h * tokens * ep / r
+        else:
+            transient += ACT_BYTES * g.h * tokens * g.topk * (g.capacity_factor or 1.0) / r
     return float(groups * NCCL_BUFFER_BYTES_PER_GROUP), transient
 
 

@@ -28,9 +28,11 @@ class Ctx:
     fp8: bool
     flash: bool
     ce_fusion: bool
-    deepep: bool
+    deepep: bool  # DeepEP dispatch: Primus's turbo DeepEP or Megatron's flex dispatcher (DeepEP / HybridEP)
+    allgather: bool  # Megatron's allgather token dispatcher
     sync_free: int
     fsdp: int  # FSDP group size (the DP·CP ranks sharing the parameters, stride TP); 0 without FSDP
+    grad_bytes: int  # bytes per gradient element reduced over DP: 4 (fp32) or 2 (bf16)
     gpu: GPUSpec
     gpus_per_node: int
     c: Constants

@@ -61,10 +61,12 @@ def _attention(ctx: Ctx, w: Builder) -> None:
         if a.q_lora:
             _linear(ctx, w, T, a.q_lora, a.h, dtype)  # q down-projection, replicated over TP
             q_in = a.q_lora
-        _linear(ctx, w, T, heads * a.qk_dim, q_in, dtype)
         _linear(ctx, w, T, a.kv_lora + a.rope_dim, a.h, dtype)  # kv down-projection, replicated
-        _linear(ctx, w, T, heads * (a.qk_dim - a.rope_dim + a.v_dim), a.kv_lora, dtype)
+        before = w.forward_ms()
+        _linear(ctx, w, T, heads * a.qk_dim, q_in, dtype)  # q up-projection
+        _linear(ctx, w, T, heads * (a.qk_dim - a.rope_dim + a.v_dim), a.kv_lora, dtype)  # kv up-projection
         rotary = T * (heads + 1) * a.rope_dim
+        w.tag("mla_up_proj", w.forward_ms() - before + 2 * rotary * E_BYTES / ctx.hbm)
     else:
         _linear(ctx, w, T, (a.heads + 2 * a.groups) * a.qk_dim / tp, a.h, dtype)
         rotary = 0.0 if a.gpt_style else T * (a.heads + 2 * a.groups) / tp * a.qk_dim
@@ -72,7 +74,7 @@ def _attention(ctx: Ctx, w: Builder) -> None:
     w.add(ELEM, 2 * rotary * E_BYTES / ctx.hbm, 4 * rotary * E_BYTES / ctx.hbm)
     core_f, core_b = _core_attention(ctx, heads)
     w.add(ATTN, core_f, core_b)
-    w.sel[ATTN] += core_f
+    w.tag("core_attn", core_f)
     _cp_ring(ctx, w, heads, core_f, core_b)
 
 
@@ -109,8 +111,10 @@ def _cp_ring(ctx: Ctx, w: Builder, heads: float, core_f: float, core_b: float) -
 def _norms_residuals(ctx: Ctx, w: Builder) -> None:
     """Two norms and two residual adds (GPT-style: fused bias-dropout-add with a 1-byte mask)."""
     n = ctx.sp_tokens * ctx.arch.h
-    per = 2 * (2 * E_BYTES) + 2 * (3 * E_BYTES + (1 if ctx.arch.gpt_style else 0))
+    norms = 2 * (2 * E_BYTES)  # read input, write output, per norm
+    per = norms + 2 * (3 * E_BYTES + (1 if ctx.arch.gpt_style else 0))
     w.add(ELEM, per * n / ctx.hbm, 2 * per * n / ctx.hbm)
+    w.tag("layernorm", norms * n / ctx.hbm)
 
 
 def _activation(ctx: Ctx, w: Builder, tokens: float, width: float) -> None:
@@ -135,6 +139,7 @@ def _experts(ctx: Ctx, w: Builder) -> None:
     tokens through experts of width ffn/ETP: the same FLOPs as Tm·k tokens through whole experts.
     """
     a, Tm, dtype = ctx.arch, ctx.sp_tokens, ctx.linear_dtype()
+    start = w.forward_ms()
     _linear(ctx, w, Tm, a.experts, a.h, HALF)  # router
     route = Tm * a.experts * 4 * 4  # fp32 softmax / top-k
     permute = 2 * (Tm * a.h + Tm * a.topk * a.h) * E_BYTES  # permute + unpermute
@@ -143,19 +148,24 @@ def _experts(ctx: Ctx, w: Builder) -> None:
     rows = Tm * a.topk * ctx.etp
     _grouped(ctx, w, rows / local, a.gated * a.expert_ffn / ctx.etp, a.h, local, dtype)
     _grouped(ctx, w, rows / local, a.h, a.expert_ffn / ctx.etp, local, dtype)
+    act_start = w.forward_ms()
     _activation(ctx, w, rows, a.expert_ffn / ctx.etp)
+    w.tag("moe_act", w.forward_ms() - act_start)
     if ctx.etp > 1:
         t = 2 * ctx.net.reduce_scatter(rows * a.h * E_BYTES, ctx.etp, 1) * ctx.c.tp_exposed
         w.add(TP, t, t)
     exposed = max(0.0, 1.0 - ctx.sync_free * ctx.c.sync_free_overlap)
     if ctx.deepep:
         one = ctx.net.deepep(Tm * a.h * E_BYTES, a.topk, ctx.ep, ctx.etp)
+    elif ctx.allgather:  # every rank gathers all EP ranks' tokens, combine reduce-scatters them back
+        one = ctx.net.reduce_scatter(Tm * a.h * E_BYTES * ctx.ep, ctx.ep, ctx.etp)
     else:
         one = ctx.net.all_to_all(Tm * a.topk * a.h * E_BYTES, ctx.ep, ctx.etp)
     a2a = 2 * one * exposed  # dispatch + combine
     w.add(EP, a2a, a2a)
     sync = ctx.c.moe_overhead_us * 1e-3 * max(0.0, 1.0 - ctx.sync_free / 3)
     w.add(OVH, sync, sync)
+    w.tag("moe", w.forward_ms() - start)  # recomputing the MoE layer re-runs routing and dispatch
 
 
 def _overhead(ctx: Ctx, w: Builder) -> None:
@@ -165,12 +175,12 @@ def _overhead(ctx: Ctx, w: Builder) -> None:
 
 
 def _fsdp(ctx: Ctx, w: Builder, params: float) -> None:
-    """FSDP2: gather the layer's BF16 weights before forward and backward, reduce-scatter FP32 grads;
+    """FSDP: gather the layer's BF16 weights before forward and backward, reduce-scatter its grads;
     prefetch hides each behind the layer's own compute, at `overlap_cost` of the hidden time."""
     if ctx.fsdp <= 1:
         return
     gather = ctx.net.all_gather(params * 2, ctx.fsdp, ctx.tp)
-    scatter = ctx.net.reduce_scatter(params * 4, ctx.fsdp, ctx.tp)
+    scatter = ctx.net.reduce_scatter(params * ctx.grad_bytes, ctx.fsdp, ctx.tp)
     busy_f, busy_b = sum(w.f), sum(w.b) + sum(w.w)
 
     def exposed(comm: float, busy: float) -> float:
@@ -188,10 +198,15 @@ def transformer_layer(ctx: Ctx, moe: bool, params: float) -> Work:
     if moe:
         _experts(ctx, w)
         if ctx.arch.shared_ffn:
+            start = w.forward_ms()
             _mlp(ctx, w, ctx.arch.shared_ffn)
+            w.tag("shared_experts", w.forward_ms() - start)
+            w.tag("moe", w.forward_ms() - start)
         _tp_collectives(ctx, w, 1 + (1 if ctx.arch.shared_ffn else 0))
     else:
+        start = w.forward_ms()
         _mlp(ctx, w, ctx.arch.ffn)
+        w.tag("mlp", w.forward_ms() - start)
         _tp_collectives(ctx, w, 2)
     _overhead(ctx, w)
     _fsdp(ctx, w, params)

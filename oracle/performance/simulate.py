@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import data_parallel, expert_data_parallel, num_microbatches, stage_layer_counts
+from ..layout import LayoutFacts, layout_facts, split_of
+from ..memory.state_bytes import grad_bytes
+from ..pipeline_split import PipelineSplit, SplitError, split_layers
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .arch import Arch, arch_of
 from .calibration import Constants, constants
@@ -21,7 +23,7 @@ from .flops import model_flops_per_token
 from .layers import embedding, mtp_module, output_head, transformer_layer
 from .params import layer_params, vocab_params
 from .schedule import rank_end_times, rank_of, virtual_stages
-from .work import ATTN, COMPONENTS, ELEM, GEMM, OVH, ZERO, Work, vadd
+from .work import ATTN, COMPONENTS, ELEM, GEMM, OVH, RECOMPUTE_MODULES, ZERO, Work, vadd
 
 ADAM_BYTES_PER_PARAM = 34.0  # fp32 grad, master, m, v read; master, m, v written; bf16 copy; grad norm
 COMPUTE = (GEMM, ATTN, ELEM, OVH)  # the components of a layer's compute (benchmark mode measures these)
@@ -49,12 +51,18 @@ class _Chunk:
 
 
 @lru_cache(maxsize=4096)
-def _chunks(pattern: tuple[int, ...], V: int, even: bool, full: bool, block: int | None) -> tuple[_Chunk, ...]:
-    """Virtual stages of a model with layer types `pattern` (1 = MoE): Megatron's split over PP
-    (the last stage takes the remainder) or an even split over PP·VPP chunks."""
+def _chunks(pattern: tuple[int, ...], mtp: int, pp: int, vpp: int, split: PipelineSplit, full: bool,
+            block: int | None) -> tuple[_Chunk, ...]:
+    """Virtual stages of a model with layer types `pattern` (1 = MoE), as Megatron's split places the
+    layers over PP x VPP stages (`oracle.pipeline_split`; an even spread where Megatron refuses)."""
     L = len(pattern)
-    counts = () if even else stage_layer_counts(L, V)
-    counts = counts or _even(L, V)  # also where Megatron's split does not exist (PP > layers)
+    try:
+        counts = tuple(st.decoders for st in split_layers(L, mtp, pp, vpp if vpp > 1 else None, split))
+    except SplitError:
+        counts = ()
+    if sum(counts) != L:
+        counts = _even(L, pp * vpp)
+    V = len(counts)
     out, start = [], 0
     for k, n in enumerate(counts):
         layers = pattern[start:start + n]
@@ -70,14 +78,21 @@ def _even(layers: int, parts: int) -> tuple[int, ...]:
     return tuple(q + (1 if i < r else 0) for i in range(parts))
 
 
+def shards_weights(cfg: EffectiveConfig) -> bool:
+    """Whether the weights are sharded and gathered per layer: torch FSDP2, or Megatron-FSDP with
+    `optim_grads_params` (ZeRO-3; megatron-core distributed_data_parallel_config.py)."""
+    return cfg.use_torch_fsdp2 or (cfg.use_megatron_fsdp and cfg.data_parallel_sharding_strategy == "optim_grads_params")
+
+
 def _ctx(a: Arch, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, dp: int) -> Ctx:
     """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute)."""
     return Ctx(
         arch=a, mbs=cfg.mbs, seq=cfg.seq_length, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep if a.experts else 1,
         etp=cfg.etp if a.experts else 1, sp=cfg.sequence_parallel and cfg.tp > 1, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
-        deepep=cfg.use_turbo_deepep, sync_free=cfg.sync_free_stage,
-        fsdp=dp * cfg.cp if cfg.use_torch_fsdp2 else 0, gpu=cluster.gpu,
+        deepep=cfg.use_turbo_deepep or cfg.moe_token_dispatcher_type == "flex",
+        allgather=cfg.moe_token_dispatcher_type == "allgather", sync_free=cfg.sync_free_stage,
+        fsdp=dp * cfg.cp if shards_weights(cfg) else 0, grad_bytes=grad_bytes(cfg), gpu=cluster.gpu,
         gpus_per_node=cluster.gpus_per_node, c=c,
     )
 
@@ -90,12 +105,16 @@ class _Block:
     f: float
     b: float
     w: float
-    sel: float
+    rec: tuple[float, ...]  # forward ms of each selective-recompute module (RECOMPUTE_MODULES order)
     params: tuple[float, float]
 
     @classmethod
     def of(cls, work: Work, params: tuple[float, float]) -> "_Block":
-        return cls(work, sum(work.f), sum(work.b), sum(work.w), sum(work.sel), params)
+        return cls(work, sum(work.f), sum(work.b), sum(work.w), work.rec, params)
+
+    def recompute_ms(self, modules: tuple[int, ...]) -> float:
+        """Forward time selective recompute of `modules` (indices) adds to the backward."""
+        return sum(self.rec[i] for i in modules)
 
 
 @lru_cache(maxsize=4096)
@@ -121,7 +140,8 @@ def _rescaled(block: _Block, fwd: float, bwd: float) -> _Block:
         return tuple(x * k if i in COMPUTE else x for i, x in enumerate(v))
 
     w = block.work
-    return _Block.of(Work(scale(w.f, fwd), scale(w.b, bwd), scale(w.w, bwd), scale(w.sel, fwd)), block.params)
+    return _Block.of(Work(scale(w.f, fwd), scale(w.b, bwd), scale(w.w, bwd), tuple(x * fwd for x in w.rec)),
+                     block.params)
 
 
 def _coefficients(ch: _Chunk) -> tuple[int, int, int, int]:
@@ -133,7 +153,7 @@ def _dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: floa
                       fwd: float, bwd: float) -> tuple[float, float]:
     """(exposed data-parallel communication, optimizer step) of one rank, ms per iteration.
 
-    Gradients (FP32) are reduce-scattered (distributed optimizer) or all-reduced over DP·CP for dense
+    Gradients (FP32, or BF16 with grad_reduce_in_fp32 off) are reduce-scattered (distributed optimizer) or all-reduced over DP·CP for dense
     weights and expert-DP for expert weights; with overlap_grad_reduce the buckets go out during the
     last micro-batch's backward and only what that backward cannot cover (at least the last bucket)
     is exposed; the hidden part still costs `overlap_cost` of its time. The distributed optimizer
@@ -141,11 +161,12 @@ def _dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: floa
     (in the layer work) and keeps the optimizer sharded."""
     net, c = ctx.net, ctx.c
     dgroup, egroup = dp * cfg.cp, edp
-    if cfg.use_torch_fsdp2:
+    if ctx.fsdp:
         return 0.0, _optimizer_ms(ctx, dense, expert, dp, edp, sharded=True)
-    distopt = cfg.use_distributed_optimizer
+    distopt = cfg.use_distributed_optimizer or (cfg.use_megatron_fsdp and cfg.data_parallel_sharding_strategy != "no_shard")
     collective = net.reduce_scatter if distopt else net.all_reduce
-    grads = collective(dense * 4, dgroup, cfg.tp) + collective(expert * 4, egroup, ctx.etp * ctx.ep)
+    g = ctx.grad_bytes  # fp32 or bf16 gradient reduce
+    grads = collective(dense * g, dgroup, cfg.tp) + collective(expert * g, egroup, ctx.etp * ctx.ep)
     params = (net.all_gather(dense * 2, dgroup, cfg.tp) + net.all_gather(expert * 2, egroup, ctx.etp * ctx.ep)
               if distopt else 0.0)
     if cfg.overlap_grad_reduce:
@@ -193,11 +214,10 @@ class _Pipeline:
     V: int
 
     @classmethod
-    def of(cls, cfg: EffectiveConfig, world: int) -> "_Pipeline":
+    def of(cls, facts: LayoutFacts, cfg: EffectiveConfig) -> "_Pipeline":
         schedule, p = cfg.pp_schedule, cfg.pp
-        v = 2 if schedule == "zbv" else cfg.vpp
-        return cls(max(1, data_parallel(cfg, world)), max(1, expert_data_parallel(cfg, world)),
-                   max(1, num_microbatches(cfg, world)), schedule, p, v, virtual_stages(schedule, p, v))
+        v = 2 if schedule == "zbv" else facts.vpp
+        return cls(facts.dp_or_1, facts.edp_or_1, facts.microbatches_or_1, schedule, p, v, virtual_stages(schedule, p, v))
 
 
 def _layout_blocks(model: ModelArch, ctx: Ctx, piped: bool) -> tuple[_Block, _Block, _Block, _Block]:
@@ -205,19 +225,24 @@ def _layout_blocks(model: ModelArch, ctx: Ctx, piped: bool) -> tuple[_Block, _Bl
     return _blocks(ctx, ctx.arch.mtp_layers, bool(model.moe_layer_pattern[-1]), ctx.arch.untied or piped)
 
 
+def recompute_indices(cfg: EffectiveConfig) -> tuple[int, ...]:
+    """The selective-recompute modules of a layout, as indices into RECOMPUTE_MODULES."""
+    return tuple(RECOMPUTE_MODULES.index(m) for m in cfg.recompute_modules or ())
+
+
 def _stage_times(chunks: tuple[_Chunk, ...], blocks: tuple[_Block, ...],
-                 selective: bool) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+                 modules: tuple[int, ...]) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
     """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch."""
-    times = {ch: _chunk_times(ch, blocks, selective) for ch in set(chunks)}  # chunks repeat: each once
+    times = {ch: _chunk_times(ch, blocks, modules) for ch in set(chunks)}  # chunks repeat: each once
     f, b, w = zip(*(times[ch] for ch in chunks))
     return f, b, w
 
 
-def _chunk_times(ch: _Chunk, blocks: tuple[_Block, ...], selective: bool) -> tuple[float, float, float]:
+def _chunk_times(ch: _Chunk, blocks: tuple[_Block, ...], modules: tuple[int, ...]) -> tuple[float, float, float]:
     """F, B (with recompute) and W ms of one micro-batch through one virtual stage."""
     coef = _coefficients(ch)
     f = sum(k * x.f for k, x in zip(coef, blocks))
-    b = (sum(k * (x.b + (x.sel if selective else 0.0)) for k, x in zip(coef, blocks))
+    b = (sum(k * (x.b + x.recompute_ms(modules)) for k, x in zip(coef, blocks))
          + ch.recompute_dense * blocks[0].f + ch.recompute_moe * blocks[1].f)
     return f, b, sum(k * x.w for k, x in zip(coef, blocks))
 
@@ -246,17 +271,18 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
     `compute_scale` ((dense fwd, dense bwd), (MoE fwd, MoE bwd)) multiplies the compute of each
     transformer-layer kind (benchmark mode: measured / analytic); communication stays as projected."""
     world = cluster.world_size
-    pl = _Pipeline.of(cfg, world)
+    facts = layout_facts(model, cfg, world)
+    pl = _Pipeline.of(facts, cfg)
     ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp)
     full = cfg.recompute_granularity == "full"
     block = cfg.recompute_num_layers if full and cfg.recompute_method == "block" else None
-    chunks = _chunks(model.moe_layer_pattern, pl.V, pl.v > 1, full, block)
+    chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, split_of(cfg), full, block)
     blocks = _layout_blocks(model, ctx, pl.p > 1)
     if compute_scale is not None:
         dense, moe = compute_scale
         blocks = (_rescaled(blocks[0], *dense), _rescaled(blocks[1], *moe), blocks[2], blocks[3])
-    selective = cfg.recompute_granularity == "selective"
-    f, b, w = _stage_times(chunks, blocks, selective)
+    modules = recompute_indices(cfg)
+    f, b, w = _stage_times(chunks, blocks, modules)
     m = pl.m
     ends = _pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
     best = None
@@ -269,7 +295,7 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
         if best is None or total > best[0]:
             best = (total, mine, dp_exposed, opt, ends[r] - m * (fwd + bwd))
     iteration, mine, dp_exposed, opt, bubble = best
-    breakdown = _breakdown([chunks[i] for i in mine], blocks, selective, m, dp_exposed, opt, bubble)
+    breakdown = _breakdown([chunks[i] for i in mine], blocks, modules, m, dp_exposed, opt, bubble)
     return _estimate(model, cfg, cluster, iteration, breakdown)
 
 
@@ -284,7 +310,7 @@ def _rank_chunks(schedule: str, p: int, V: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(k for k in range(V) if rank_of(schedule, p, k) == r) for r in range(p))
 
 
-def _breakdown(chunks: list[_Chunk], blocks: tuple[_Block, ...], selective: bool, m: int, dp_exposed: float,
+def _breakdown(chunks: list[_Chunk], blocks: tuple[_Block, ...], modules: tuple[int, ...], m: int, dp_exposed: float,
                opt: float, bubble: float) -> dict[str, float]:
     """Per-iteration ms by component on one rank (compute = gemm + attention + elementwise + overhead)."""
     total, recompute = ZERO, 0.0
@@ -292,7 +318,7 @@ def _breakdown(chunks: list[_Chunk], blocks: tuple[_Block, ...], selective: bool
         for k, x in zip(_coefficients(ch), blocks):
             if k:
                 total = vadd(total, vadd(vadd(x.work.f, x.work.b), x.work.w), k)
-                recompute += k * x.sel if selective else 0.0
+                recompute += k * x.recompute_ms(modules)
         recompute += ch.recompute_dense * blocks[0].f + ch.recompute_moe * blocks[1].f
     parts = dict(zip(COMPONENTS, (m * x for x in total)))
     compute = parts["gemm"] + parts["attention"] + parts["elementwise"] + parts["overhead"]

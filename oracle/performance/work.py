@@ -7,6 +7,9 @@ from dataclasses import dataclass
 COMPONENTS = ("gemm", "attention", "elementwise", "overhead", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm")
 GEMM, ATTN, ELEM, OVH, TP, CP, EP, FSDP = range(len(COMPONENTS))
 ZERO = (0.0,) * len(COMPONENTS)
+# Megatron's selective-recompute modules (megatron-core 0.16.1 transformer_config.py `recompute_modules`).
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
+NO_RECOMPUTE = (0.0,) * len(RECOMPUTE_MODULES)
 
 
 def vadd(x: tuple[float, ...], y: tuple[float, ...], k: float = 1.0) -> tuple[float, ...]:
@@ -16,19 +19,20 @@ def vadd(x: tuple[float, ...], y: tuple[float, ...], k: float = 1.0) -> tuple[fl
 
 @dataclass(frozen=True)
 class Work:
-    """Milliseconds per micro-batch: forward (f), input-grad backward (b), weight-grad backward (w),
-    and the part of the forward that selective recompute re-runs (sel)."""
+    """Milliseconds per micro-batch: forward (f), input-grad backward (b), weight-grad backward (w) by
+    component, and the forward time of each selective-recompute module (`rec`, RECOMPUTE_MODULES order),
+    which recomputing that module adds to the backward."""
 
     f: tuple[float, ...] = ZERO
     b: tuple[float, ...] = ZERO
     w: tuple[float, ...] = ZERO
-    sel: tuple[float, ...] = ZERO
+    rec: tuple[float, ...] = NO_RECOMPUTE
 
     def __add__(self, o: "Work") -> "Work":
-        return Work(vadd(self.f, o.f), vadd(self.b, o.b), vadd(self.w, o.w), vadd(self.sel, o.sel))
+        return Work(vadd(self.f, o.f), vadd(self.b, o.b), vadd(self.w, o.w), vadd(self.rec, o.rec))
 
     def scaled(self, k: float) -> "Work":
-        return Work(*(tuple(k * a for a in v) for v in (self.f, self.b, self.w, self.sel)))
+        return Work(*(tuple(k * a for a in v) for v in (self.f, self.b, self.w, self.rec)))
 
 
 class Builder:
@@ -38,12 +42,20 @@ class Builder:
         self.f = [0.0] * len(COMPONENTS)
         self.b = [0.0] * len(COMPONENTS)
         self.w = [0.0] * len(COMPONENTS)
-        self.sel = [0.0] * len(COMPONENTS)
+        self.rec = [0.0] * len(RECOMPUTE_MODULES)
 
     def add(self, comp: int, f: float = 0.0, b: float = 0.0, w: float = 0.0) -> None:
         self.f[comp] += f
         self.b[comp] += b
         self.w[comp] += w
 
+    def forward_ms(self) -> float:
+        """The forward time accumulated so far (to tag what a module added)."""
+        return sum(self.f)
+
+    def tag(self, module: str, ms: float) -> None:
+        """Record `ms` of forward work as belonging to recompute module `module`."""
+        self.rec[RECOMPUTE_MODULES.index(module)] += ms
+
     def build(self) -> Work:
-        return Work(tuple(self.f), tuple(self.b), tuple(self.w), tuple(self.sel))
+        return Work(tuple(self.f), tuple(self.b), tuple(self.w), tuple(self.rec))

@@ -9,8 +9,20 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
 from ..identity_cache import by_identity
-from .normalize import none_like
-from .training import Fp8Recipe, PipelineSchedule, RecomputeGranularity, RecomputeMethod, TrainingArgs
+from ..pipeline_split import SplitError, parse_layout
+from .normalize import none_like, parse_modules
+from .training import (
+    Dispatcher,
+    FlexBackend,
+    Fp8Recipe,
+    PipelineSchedule,
+    RecomputeGranularity,
+    RecomputeMethod,
+    RecomputeModule,
+    ShardingStrategy,
+    StateDtype,
+    TrainingArgs,
+)
 from .trusted import trusted
 
 # TrialConfig knob -> the Megatron/Primus training argument it overrides.
@@ -34,7 +46,24 @@ KNOB_TO_ARG: dict[str, str] = {
     "sync_free_stage": "turbo_sync_free_moe_stage",
     "overlap_grad_reduce": "overlap_grad_reduce",
     "cross_entropy_loss_fusion": "cross_entropy_loss_fusion",
+    "pp_layout": "pipeline_model_parallel_layout",
+    "pp_first_layers": "decoder_first_pipeline_num_layers",
+    "pp_last_layers": "decoder_last_pipeline_num_layers",
+    "pp_embedding_in_split": "account_for_embedding_in_pipeline_split",
+    "pp_loss_in_split": "account_for_loss_in_pipeline_split",
+    "recompute_modules": "recompute_modules",
+    "grad_reduce_in_fp32": "grad_reduce_in_fp32",
+    "fp8_param_gather": "fp8_param_gather",
+    "use_megatron_fsdp": "use_megatron_fsdp",
+    "optimizer_cpu_offload": "optimizer_cpu_offload",
+    "moe_token_dispatcher_type": "moe_token_dispatcher_type",
+    "moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
 }
+# The knobs that together are the pipeline split: a trial that sets one of them replaces the whole
+# split (the ones it leaves out take Megatron's defaults), since Megatron refuses mixed mechanisms.
+SPLIT_KNOBS = ("pp_layout", "pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split")
+_SPLIT_DEFAULTS = {"pp_layout": None, "pp_first_layers": None, "pp_last_layers": None,
+                   "pp_embedding_in_split": False, "pp_loss_in_split": False}
 
 
 class TrialConfig(BaseModel):
@@ -61,12 +90,29 @@ class TrialConfig(BaseModel):
     sync_free_stage: int | None = Field(default=None, ge=0)
     overlap_grad_reduce: bool | None = None
     cross_entropy_loss_fusion: bool | None = None
+    pp_layout: str | None = None
+    pp_first_layers: PositiveInt | None = None
+    pp_last_layers: PositiveInt | None = None
+    pp_embedding_in_split: bool | None = None
+    pp_loss_in_split: bool | None = None
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
+    grad_reduce_in_fp32: bool | None = None
+    fp8_param_gather: bool | None = None
+    use_megatron_fsdp: bool | None = None
+    optimizer_cpu_offload: bool | None = None
+    moe_token_dispatcher_type: Dispatcher | None = None
+    moe_flex_dispatcher_backend: FlexBackend | None = None
 
-    @field_validator("recompute_granularity", "fp8", mode="before")
+    @field_validator("recompute_granularity", "fp8", "pp_layout", mode="before")
     @classmethod
     def _off_spelling(cls, v: object) -> object:
         # "none"/false explicitly switch the feature off, unlike an absent knob (keep the workload's).
         return "none" if v is not None and none_like(v) is None else v
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _modules(cls, v: object) -> object:
+        return parse_modules(v)
 
     def overrides(self) -> dict[str, object]:
         """Training-argument overrides this trial sets, in Megatron names."""
@@ -98,9 +144,37 @@ class EffectiveConfig(BaseModel):
     sync_free_stage: int
     overlap_grad_reduce: bool
     cross_entropy_loss_fusion: bool
+    pp_layout: str | None
+    pp_first_layers: int | None
+    pp_last_layers: int | None
+    pp_embedding_in_split: bool
+    pp_loss_in_split: bool
+    recompute_modules: tuple[str, ...] | None
+    grad_reduce_in_fp32: bool
+    fp8_param_gather: bool
+    use_megatron_fsdp: bool
+    optimizer_cpu_offload: bool
+    moe_token_dispatcher_type: Dispatcher
+    moe_flex_dispatcher_backend: FlexBackend
+    # not knobs: the workload's own values
     sequence_parallel: bool
     use_flash_attn: bool
     seq_length: int
+    microbatch_group_size_per_vp_stage: int | None
+    use_precision_aware_optimizer: bool
+    main_grads_dtype: str
+    main_params_dtype: str
+    exp_avg_dtype: StateDtype
+    exp_avg_sq_dtype: StateDtype
+    optimizer_offload_fraction: float
+    data_parallel_sharding_strategy: ShardingStrategy
+    moe_grouped_gemm: bool
+
+    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> "EffectiveConfig":
+        """A copy with `update` applied; the cached key is dropped, since the fields may change."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("key", None)
+        return copy
 
     @cached_property
     def key(self) -> str:
@@ -113,6 +187,7 @@ class EffectiveConfig(BaseModel):
         data = {k: getattr(self, k) for k in TrialConfig.model_fields}
         data["recompute_granularity"] = data["recompute_granularity"] or "none"
         data["fp8"] = data["fp8"] or "none"
+        data["pp_layout"] = data["pp_layout"] or "none"
         return TrialConfig(**data)
 
 
@@ -140,11 +215,18 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
     base = _baseline(training)
     fields = base.copy()  # updated in place below, so the field order (which the key hashes) stays
     knobs = trial.__dict__
-    for knob in trial.__pydantic_fields_set__:  # an unset knob holds its default, None
+    set_knobs = trial.__pydantic_fields_set__
+    if not set_knobs.isdisjoint(SPLIT_KNOBS):
+        fields.update(_SPLIT_DEFAULTS)
+    for knob in set_knobs:  # an unset knob holds its default, None
         value = knobs[knob]
         if value is not None:
             fields[knob] = None if value == "none" else value
+    if "recompute_modules" in set_knobs and "recompute_granularity" not in set_knobs and knobs["recompute_modules"]:
+        fields["recompute_granularity"] = "selective"  # modules only act under selective recompute
     tp = fields["tp"]
+    if fields["pp_layout"] is not None and (fields["vpp"] or 1) == 1:
+        fields["vpp"] = _layout_vpp(fields["pp_layout"], fields["pp"])
     vpp = fields["vpp"] = fields["vpp"] or 1
     schedule = fields["pp_schedule"] or "1f1b"
     fields["pp_schedule"] = "interleaved" if schedule == "1f1b" and vpp > 1 else schedule
@@ -153,11 +235,24 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
     else:
         fields["ep"], fields["etp"] = 1, tp
     _recompute(base, fields, knobs)
+    if fields["recompute_granularity"] != "selective":
+        fields["recompute_modules"] = None
+    elif fields["recompute_modules"] is None:
+        fields["recompute_modules"] = ("core_attn",)  # Megatron's default (transformer_config.py)
     fields["sequence_parallel"] = fields["sequence_parallel"] and tp > 1
     key = canonical_key(tuple(fields.values()))
     cfg = trusted(EffectiveConfig, fields)
     fields["key"] = key  # `fields` is now cfg.__dict__: this fills the cached_property as a first read would
     return cfg
+
+
+def _layout_vpp(layout: str, pp: int) -> int:
+    """The VPP a layout string implies (its stages / PP; 1 when the string cannot be read)."""
+    try:
+        stages = len(parse_layout(layout))
+    except SplitError:
+        return 1
+    return stages // pp if stages % pp == 0 and stages >= pp else 1
 
 
 def _full_recompute(granularity: str | None, method: str | None, num_layers: int | None) -> bool:

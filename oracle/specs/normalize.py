@@ -12,3 +12,15 @@ def none_like(value: object) -> object:
     if isinstance(value, str) and value.strip().lower() in _NONE_WORDS:
         return None
     return value
+
+
+def parse_modules(value: object) -> object:
+    """`recompute_modules` as a sorted tuple: a list, or Megatron's CLI form "core_attn mlp" /
+    "[core_attn, mlp]"; None stays None (Megatron's default)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = [v for v in value.replace("[", " ").replace("]", " ").replace(",", " ").split() if v]
+    if isinstance(value, (list, tuple)):
+        return tuple(sorted(set(value)))
+    return value

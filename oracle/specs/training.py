@@ -6,12 +6,19 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
-from .normalize import none_like
+from .normalize import none_like, parse_modules
 
 RecomputeGranularity = Literal["selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
 Fp8Recipe = Literal["hybrid", "e4m3"]
 PipelineSchedule = Literal["1f1b", "interleaved", "zb", "zbv"]
+# Megatron's `recompute_modules` choices (megatron-core 0.16.1 transformer_config.py).
+RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
+Dispatcher = Literal["allgather", "alltoall", "flex"]
+FlexBackend = Literal["deepep", "hybridep"]
+# Optimizer-state dtypes of the precision-aware optimizer (megatron-core optimizer_config.py).
+StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
+ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
 
 
 class TrainingArgs(BaseModel):
@@ -44,8 +51,39 @@ class TrainingArgs(BaseModel):
     overlap_param_gather: bool = True
     cross_entropy_loss_fusion: bool = False
     pp_schedule: PipelineSchedule | None = None
+    # pipeline split (oracle/pipeline_split.py) and interleaved micro-batch groups
+    pipeline_model_parallel_layout: str | None = None
+    decoder_first_pipeline_num_layers: PositiveInt | None = None
+    decoder_last_pipeline_num_layers: PositiveInt | None = None
+    account_for_embedding_in_pipeline_split: bool = False
+    account_for_loss_in_pipeline_split: bool = False
+    microbatch_group_size_per_vp_stage: PositiveInt | None = None
+    # selective recompute modules (None: Megatron's default, core_attn)
+    recompute_modules: tuple[RecomputeModule, ...] | None = None
+    # precision and sharding of the model state
+    grad_reduce_in_fp32: bool = True
+    use_precision_aware_optimizer: bool = False
+    main_grads_dtype: Literal["fp32", "bf16"] = "fp32"
+    main_params_dtype: Literal["fp32", "fp16"] = "fp32"
+    exp_avg_dtype: StateDtype = "fp32"
+    exp_avg_sq_dtype: StateDtype = "fp32"
+    fp8_param_gather: bool = False
+    optimizer_cpu_offload: bool = False
+    optimizer_offload_fraction: float = Field(default=1.0, ge=0.0, le=1.0)
+    use_megatron_fsdp: bool = False
+    data_parallel_sharding_strategy: ShardingStrategy = "no_shard"
+    # MoE token dispatcher (Megatron's default is allgather)
+    moe_token_dispatcher_type: Dispatcher = "allgather"
+    moe_flex_dispatcher_backend: FlexBackend = "deepep"
+    moe_grouped_gemm: bool = False
 
-    @field_validator("recompute_granularity", "fp8", "recompute_method", "pp_schedule", mode="before")
+    @field_validator("recompute_granularity", "fp8", "recompute_method", "pp_schedule",
+                     "pipeline_model_parallel_layout", mode="before")
     @classmethod
     def _none_like(cls, v: object) -> object:
         return none_like(v)
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _modules(cls, v: object) -> object:
+        return parse_modules(v)

@@ -17,6 +17,8 @@ class Workload(BaseModel):
     name: str
     model: ModelArch
     training: TrainingArgs
+    stack: str = "megatron-lm"  # whose defaults the arguments follow: megatron-lm | megatron-bridge | primus
+    not_modelled: tuple[str, ...] = ()  # real stack arguments the file sets that the oracle does not model
 
     def effective(self, trial: TrialConfig | None = None) -> EffectiveConfig:
         """The layout a trial gives on this workload (the baseline when `trial` is None)."""

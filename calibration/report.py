@@ -1,0 +1,83 @@
+"""The accuracy report: every published run scored with the product's own verdicts (cap = whole HBM,
+margin 0, nothing tolerated), rejected runs listed first with the reason, then throughput and memory
+error tables, per-family MAPE and the order check."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from oracle.catalog import gpu as catalog_gpu
+
+from .memory_rows import load_memory_rows, memory_verdict
+from .rows import Row, load_rows, order_pairs, project, setup
+
+
+def _family(row: Row) -> str:
+    kind = "moe" if setup(row).model.is_moe else "dense"
+    return f"{kind}/{catalog_gpu(row.gpu).vendor}"
+
+
+def throughput_report(rows: list[Row]) -> tuple[float, float, int]:
+    """Print the throughput section; return (MAPE %, max |error| %, rejected rows)."""
+    rejected = [r for r in rows if setup(r).rejection]
+    print(f"published throughput runs the product rejects: {len(rejected)}")
+    for r in rejected:
+        print(f"  REJECTED {r.id}: {setup(r).rejection}")
+    errors, by_family = {}, defaultdict(list)
+    print(f"{'row':9s} {'model':16s} {'gpu':9s} {'measured':>10s} {'projected':>10s} {'error':>7s}  chosen / tuned")
+    for row in rows:
+        p = project(row)
+        if p is None:
+            continue
+        errors[row.id] = abs(p.error)
+        by_family[_family(row)].append(abs(p.error))
+        c = p.cfg
+        split = c.pp_layout or ("acct" if c.pp_embedding_in_split or c.pp_loss_in_split else "") or (
+            f"first={c.pp_first_layers},last={c.pp_last_layers}" if c.pp_first_layers or c.pp_last_layers else "even")
+        print(f"{row.id:9s} {row.model:16s} {row.gpu:9s} {row.measured:10.1f} "
+              f"{p.estimate.tokens_per_s_per_gpu:10.1f} {100 * p.error:+6.1f}%  mbs={c.mbs} "
+              f"recompute={c.recompute_granularity or 'none'} vpp={c.vpp} split={split} "
+              f"grad_fp32={c.grad_reduce_in_fp32} | tuned: {', '.join(setup(row).tuned) or 'none'}")
+    pairs = [(a, b) for a, b in order_pairs(rows) if a.id in errors and b.id in errors]
+    bad = [(a.id, b.id) for a, b in pairs
+           if project(a).estimate.tokens_per_s_per_gpu <= project(b).estimate.tokens_per_s_per_gpu]
+    print(f"order: {len(pairs)} same-model/GPU/source pairs, misordered: {bad or 'none'}")
+    for fam, errs in sorted(by_family.items()):
+        print(f"family {fam}: mape={100 * sum(errs) / len(errs):.1f}% rows={len(errs)}")
+    mape = 100 * sum(errors.values()) / max(1, len(errors))
+    worst = 100 * max(errors.values(), default=0.0)
+    return mape, worst, len(rejected)
+
+
+def memory_report() -> tuple[float, int, int]:
+    """Print the memory section; return (MAPE % over measured peaks, rows, ran/measured rows that do not fit)."""
+    errors, misfits, rows = [], 0, load_memory_rows()
+    print(f"{'row':14s} {'model':16s} {'outcome':8s} {'peak GiB':>9s} {'projected':>9s} {'cap':>6s}  verdict")
+    for row in rows:
+        r = memory_verdict(row)
+        projected = r.memory_per_gpu_gb
+        fits = bool(r.legal and r.fits)
+        above_hbm = row.peak_gib is not None and row.peak_gib > row.hbm_gib
+        if row.outcome in ("ran", "measured") and not fits and not above_hbm:
+            misfits += 1
+        err = ""
+        if row.peak_gib is not None and projected is not None:
+            errors.append(abs(projected / row.peak_gib - 1))
+            err = f"{100 * (projected / row.peak_gib - 1):+.1f}%"
+        verdict = ("illegal: " + r.reason) if not r.legal else ("fits" if r.fits else "OOM")
+        note = " (the source's figure exceeds the HBM: not a run that fit)" if above_hbm else ""
+        print(f"{row.id:14s} {row.model:16s} {row.outcome:8s} {row.peak_gib or float('nan'):9.1f} "
+              f"{projected or float('nan'):9.1f} {row.hbm_gib:6.1f}  {verdict} {err}{note}")
+    mape = 100 * sum(errors) / max(1, len(errors))
+    print(f"memory: mape={mape:.1f}% over {len(errors)} measured peaks; ran/measured rows that do not fit: {misfits}")
+    return mape, len(rows), misfits
+
+
+def main() -> None:
+    mape, worst, rejected = throughput_report(load_rows())
+    memory_report()
+    print(f"mape={mape:.1f}% max_abs_err={worst:.1f}% rows={len(load_rows()) - rejected} rejected={rejected}")
+
+
+if __name__ == "__main__":
+    main()

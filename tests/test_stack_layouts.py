@@ -1,0 +1,202 @@
+"""Layouts and memory as Megatron and Primus run them: the published uneven splits, the stacks'
+argument names, recompute modules, bf16 gradient reduce, FP8 primary weights, FSDP rules, and the
+published Mixtral recipe as the main job. Expected numbers are derived by hand in each test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oracle.errors import InputError
+from oracle.evaluate import evaluate_memory_only
+from oracle.inputs import load_cluster, load_workload
+from oracle.legality import validate
+from oracle.memory.activations import layer_acts
+from oracle.memory.geometry import geometry
+from oracle.specs import TrialConfig
+from planner.launch import megatron_args
+
+from .conftest import EXAMPLES, example
+from .test_server_common import in_process, portal_client
+
+H100_32N = EXAMPLES / "clusters" / "h100-32n.yaml"
+PARATUNE = str(Path(sys.executable).parent / "paratune")
+
+
+def workload(tmp_path: Path, text: str, name: str = "w.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return load_workload(path), path
+
+
+def codes(w, c, **knobs) -> set[str]:
+    return {v.code for v in validate(w.model, w.effective(TrialConfig(**knobs)), c)}
+
+
+def stage_layers(result) -> list[int]:
+    keys = sorted((k for k in result.breakdown if k.startswith("stage_")), key=lambda k: int(k.split("_")[1]))
+    return [int(result.breakdown[k]) for k in keys]
+
+
+LLAMA405B = """
+extends: llama3.1-405b
+stack: megatron-bridge
+seq_length: 8192
+global_batch_size: 256
+tensor_model_parallel_size: 8
+pipeline_model_parallel_size: 8
+num_virtual_stages_per_pipeline_rank: 8
+context_parallel_size: 2
+account_for_embedding_in_pipeline_split: true
+account_for_loss_in_pipeline_split: true
+use_distributed_optimizer: true
+"""
+
+
+def test_llama405b_pp8_vpp8_with_embedding_and_loss_accounting(tmp_path):
+    # Megatron-Bridge's 405B recipe: 126 + 2 = 128 units, 16 per PP rank, 2 per virtual stage; the first
+    # stage holds E + 1 decoder, the last 1 decoder + L (megatron-core get_num_layers_to_build).
+    w, _ = workload(tmp_path, LLAMA405B)
+    c = load_cluster(H100_32N)
+    r = evaluate_memory_only(w, c)
+    assert r.legal, r.reason
+    assert stage_layers(r) == [1] + [2] * 62 + [1]
+    # Without the flags Megatron refuses: 126 / 8 is not whole.
+    assert "split_pp" in codes(w, c, pp_embedding_in_split=False)
+
+
+def test_layout_string_and_first_last_counts(tmp_path):
+    c = load_cluster(H100_32N)
+    w, _ = workload(tmp_path, "extends: deepseek-v3\npipeline_model_parallel_size: 8\nexpert_model_parallel_size: 32\n"
+                    "expert_tensor_parallel_size: 1\ntensor_model_parallel_size: 2\nglobal_batch_size: 1024\n"
+                    "pipeline_model_parallel_layout: 'Et|(tt|)*30mL'\nuse_distributed_optimizer: true\n")
+    cfg = w.effective()
+    assert cfg.vpp == 4  # 32 stages / PP 8, read from the layout
+    r = evaluate_memory_only(w, c)
+    assert r.legal, r.reason
+    assert stage_layers(r) == [1] + [2] * 30 + [0]  # the last stage holds only the MTP layer and the loss
+    assert "layout_pp" in codes(w, c, pp_layout="Et|(tt|)*29mL")  # 31 stages: not a multiple of PP 8
+    assert "layout_decoders" in codes(w, c, pp_layout="E|(tt|)*30mL")  # 60 decoders, the model has 61
+    assert "layout_mtp_order" in codes(w, c, pp_layout="Et|tm|(tt|)*29,tL")  # decoders after the MTP layer
+    # decoder_last_pipeline_num_layers 5: seven stages of 8 and a last stage of 5 (Primus run_dsv3.sh)
+    assert stage_layers(evaluate_memory_only(w, c, TrialConfig(pp_last_layers=5))) == [8] * 7 + [5]
+    assert "split_middle" in codes(w, c, pp_last_layers=6)  # 55 middle layers over 7 stages
+
+
+def test_megatron_refusals_on_expert_grid_and_fsdp():
+    m, mc = example("mixtral")
+    assert "fsdp2_pp" in codes(m, mc, use_torch_fsdp2=True, use_distributed_optimizer=False)  # PP 4
+    assert "fsdp2_ep" in codes(m, mc, use_torch_fsdp2=True, use_distributed_optimizer=False, pp=1)  # EP 8
+    w, c = example("llama70b")
+    assert "fsdp2_pp" not in codes(w, c, use_torch_fsdp2=True, use_distributed_optimizer=False, pp=1, vpp=1,
+                                   tp=8, cp=1)
+
+
+def test_ep_with_tp_needs_sequence_parallelism(tmp_path):
+    w, _ = workload(tmp_path, "extends: mixtral-8x22b\nexpert_model_parallel_size: 8\n"
+                    "tensor_model_parallel_size: 2\nsequence_parallel: false\nglobal_batch_size: 64\n")
+    c = load_cluster(EXAMPLES / "clusters" / "mi355x-4n.yaml")
+    assert "ep_tp_needs_sp" in codes(w, c)
+    assert "ep_tp_needs_sp" not in codes(w, c, tp=1)
+
+
+def test_recompute_modules_drop_what_megatron_recomputes():
+    w, c = example("llama70b")
+    g = geometry(w.model)
+    none = layer_acts(g, 4, True, True, (), 8192, 4)
+    mlp = layer_acts(g, 4, True, True, ("mlp",), 8192, 4)
+    # The checkpointed MLP keeps only its input: SwiGLU's gate+up (2 x 2 B x ffn/TP) and the fc2 input
+    # (2 B x ffn/TP) go, per token: (4 + 2) x 28672 / 4 bytes.
+    assert none.dense - mlp.dense == pytest.approx(6 * 28672 / 4)
+    # Megatron's default selective module is core_attn; with flash attention it only drops the fp32
+    # log-sum-exp (4 B per head per token).
+    core = layer_acts(g, 4, True, True, ("core_attn",), 8192, 4)
+    assert none.dense - core.dense == pytest.approx(4 * 64 / 4)
+    cfg = w.effective(TrialConfig(recompute_granularity="selective"))
+    assert cfg.recompute_modules == ("core_attn",)
+    assert w.effective(TrialConfig(recompute_modules=["mlp", "core_attn"])).recompute_granularity == "selective"
+    assert "recompute_mla_up_proj" in codes(w, c, recompute_modules=["mla_up_proj"])
+
+
+def test_model_state_bytes_follow_the_dtypes():
+    w, c = example("llama70b")  # BF16, distributed optimizer, DP x CP = 4
+    fp32 = evaluate_memory_only(w, c).breakdown
+    bf16 = evaluate_memory_only(w, c, TrialConfig(grad_reduce_in_fp32=False)).breakdown
+    assert bf16["mem_grads"] == pytest.approx(fp32["mem_grads"] / 2)  # 4 B -> 2 B main gradients
+    fp8 = evaluate_memory_only(w, c, TrialConfig(fp8="hybrid")).breakdown
+    primary = evaluate_memory_only(w, c, TrialConfig(fp8="hybrid", fp8_param_gather=True)).breakdown
+    # FP8 primary weights: the linear weights lose their 2 B bf16 copy, the FP8 copy (2 B) stays.
+    assert fp8["mem_weights"] - primary["mem_weights"] == pytest.approx(fp8["mem_fp8_weight_copies"])
+    offload = evaluate_memory_only(w, c, TrialConfig(optimizer_cpu_offload=True)).breakdown
+    assert offload["mem_optimizer"] == 0.0  # optimizer_offload_fraction 1.0: all of it on the host
+
+
+def test_real_arguments_are_accepted_and_reported_and_typos_are_not(tmp_path):
+    w, _ = workload(tmp_path, "extends: llama3-8b\ntp_comm_overlap: true\nrecompute_granularity: selective\n"
+                    "recompute_modules: [mlp]\nnum_layers_per_virtual_pipeline_stage: 4\n"
+                    "pipeline_model_parallel_size: 2\n")
+    assert w.not_modelled == ("tp_comm_overlap",)
+    assert w.training.virtual_pipeline_model_parallel_size == 4  # 32 layers / PP 2 / 4 per chunk
+    assert w.training.recompute_modules == ("mlp",)
+    with pytest.raises(InputError, match="did you mean 'recompute_modules'"):
+        workload(tmp_path, "extends: llama3-8b\nrecompute_module: [mlp]\n", "bad.yaml")
+
+
+def test_stack_defaults():
+    primus, _ = example("mixtral")
+    assert primus.stack == "primus" and primus.training.use_distributed_optimizer
+    bridge = load_workload(EXAMPLES / "workloads" / "llama3-70b-h100.yaml")
+    assert bridge.stack == "megatron-lm" and bridge.training.grad_reduce_in_fp32  # the CLI's fp32 promotion
+
+
+def test_launch_arguments_name_megatrons_flags():
+    w, c = example("deepseek")
+    args = " ".join(megatron_args(w.effective()))
+    assert "--decoder_last_pipeline_num_layers 5" in args
+    layout = " ".join(megatron_args(w.effective(TrialConfig(pp_layout="Et|(tt|)*30mL"))))
+    assert "--pipeline_model_parallel_layout 'Et|(tt|)*30mL'" in layout and "decoder_last" not in layout
+    m, _ = example("mixtral")
+    args = " ".join(megatron_args(m.effective(TrialConfig(vpp=2, pp_schedule="interleaved"))))
+    assert "--num_virtual_stages_per_pipeline_rank 2" in args and "virtual_pipeline_model_parallel_size" not in args
+
+
+def test_the_published_mixtral_recipe_is_the_main_job_and_fits():
+    w = load_workload(EXAMPLES / "workloads" / "mixtral-8x22b-mi355x-recipe.yaml")
+    c = load_cluster(EXAMPLES / "clusters" / "mi355x-4n.yaml")
+    r = evaluate_memory_only(w, c)
+    assert r.legal and r.fits, r.reason
+    cfg = w.effective()
+    assert (cfg.mbs, cfg.vpp, cfg.gbs, cfg.recompute_method, cfg.recompute_num_layers) == (1, 2, 512, "block", 1)
+    literal = evaluate_memory_only(*example("mixtral"))
+    assert literal.legal and not literal.fits  # the YAML as written (MBS 2, no recompute) does not fit
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    first_command = readme[readme.index("```bash"):readme.index("```", readme.index("```bash") + 3)]
+    assert "mixtral-8x22b-mi355x-recipe.yaml" in first_command
+
+
+def test_cli_projects_a_layout_workload_with_stage_counts(tmp_path):
+    _, path = workload(tmp_path, LLAMA405B)
+    out = subprocess.run([PARATUNE, "project", "memory", "--workload", str(path), "--target-cluster", str(H100_32N),
+                          "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["legal"] and result["breakdown"]["stage_0_layers"] == 1 and result["breakdown"]["stage_1_layers"] == 2
+
+
+def test_mcp_evaluate_memory_only_on_a_layout_string_workload(tmp_path):
+    with in_process(tmp_path, open_run=False) as (server, session), portal_client(server) as (portal, client):
+        wpath, _ = (tmp_path / "dsv3.yaml"), None
+        wpath.write_text("extends: deepseek-v3\npipeline_model_parallel_size: 8\nexpert_model_parallel_size: 32\n"
+                         "expert_tensor_parallel_size: 1\ntensor_model_parallel_size: 2\nglobal_batch_size: 1024\n"
+                         "pipeline_model_parallel_layout: 'Et|(tt|)*30mL'\nuse_distributed_optimizer: true\n")
+        cpath = tmp_path / "h100-32n.yaml"
+        cpath.write_text(H100_32N.read_text())
+        session.open_run(wpath, cpath, resume=False)
+        result = portal.call(lambda: client.call_tool("evaluate_memory_only", {"config": {}}))
+        assert not result.is_error, result.content[0].text
+        breakdown = result.structured_content["result"]["breakdown"]
+        assert breakdown["stage_0_layers"] == 1 and breakdown["stage_31_layers"] == 0
