@@ -5,7 +5,7 @@ candidate_splits`: the even split where Megatron accepts it, else embedding/loss
 first/last counts and a balanced layout string), MBS, pipeline schedule, recompute (none/selective/
 full), FP8 (off or the hybrid recipe; E4M3-only projects the same GEMM speed, so it is not a separate
 point), MoE backend (all-to-all, DeepEP, DeepEP with sync-free stages 1-3) and DP sharding
-(distributed optimizer or FSDP2). GBS stays the workload's: it is the training recipe, not a layout.
+(distributed optimizer, or FSDP2 where Megatron allows it: PP = EP = 1). GBS stays the workload's: it is the training recipe, not a layout.
 Fused cross-entropy and overlapped gradient reduction are always on: in the oracle they cost no
 memory and no time, so their off states are dominated and cannot hold the optimum.
 """
@@ -105,4 +105,5 @@ def knob_count(layout: dict, fp8s: list[str], moe_ep: bool) -> int:
 
 def _knob_axes(layout: dict, fp8s: list[str], moe_ep: bool) -> tuple[tuple, ...]:
     """The feature-knob axes of one layout: recompute, FP8, MoE backend, FSDP."""
-    return _recomputes(layout["pp_schedule"]), tuple(fp8s), tuple(_moe_backends(moe_ep)), (False, True)
+    fsdp = (False, True) if layout["pp"] == 1 and layout["ep"] == 1 else (False,)  # torch FSDP2: PP = EP = 1
+    return _recomputes(layout["pp_schedule"]), tuple(fp8s), tuple(_moe_backends(moe_ep)), fsdp
