@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from .identity_cache import by_identity
-from .layout import LayoutFacts, layout_facts
+from .layout import layout_facts
 from .legality import validate
 from .memory import estimate_memory
+from .pipeline_split import Stage
 from .performance import simulate
 from .specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
 from .specs.trusted import trusted
@@ -19,9 +20,10 @@ def _capacity(cluster: ClusterSpec) -> tuple[int, float, str]:
 
 
 @by_identity(maxsize=4096)
-def _stage_layers(facts: LayoutFacts) -> dict[str, float]:
-    """Decoder layers of each virtual pipeline stage, model order (`stage_<k>_layers`), per facts object."""
-    return {f"stage_{k}_layers": float(s.decoders) for k, s in enumerate(facts.stages)}
+def _stage_layers(stages: tuple[Stage, ...]) -> dict[str, float]:
+    """Decoder layers of each virtual pipeline stage, model order (`stage_<k>_layers`), built once per
+    stages object (the split cache shares one among all layouts with the same split)."""
+    return {f"stage_{k}_layers": float(s.decoders) for k, s in enumerate(stages)}
 
 
 def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig, *, performance: bool) -> EvalResult:
@@ -46,7 +48,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
     fits = mem.total_gb <= cap
     reason = "" if fits else f"needs {mem.total_gb:.1f} GiB per GPU, cap is {cap_text} GiB"
     breakdown = mem.breakdown  # a new dict per estimate: the result may own it
-    breakdown.update(_stage_layers(facts))
+    breakdown.update(_stage_layers(facts.stages))
     perf = simulate(model, cfg, cluster) if performance else None
     if perf is not None:
         breakdown.update({f"time_{k}_ms": v for k, v in perf.breakdown.items()})

@@ -9,9 +9,10 @@ derives these again. Sizes follow megatron-core 0.16.1 `parallel_state.initializ
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import lru_cache
+from typing import NamedTuple
 
-from .pipeline_split import PipelineSplit, SplitError, Stage, split_layers
+from .pipeline_split import PipelineSplit, SplitError, Stage, split_outcome
 from .specs import EffectiveConfig, ModelArch
 
 
@@ -25,9 +26,9 @@ def microbatch_count(gbs: int, mbs: int, dp: int) -> int:
     return gbs // (mbs * dp) if dp and gbs % (mbs * dp) == 0 else 0
 
 
-@dataclass(frozen=True, eq=False, slots=True)
-class LayoutFacts:
-    """What a layout is, in numbers every part of the oracle reads (0 = does not divide)."""
+class LayoutFacts(NamedTuple):
+    """What a layout is, in numbers every part of the oracle reads (0 = does not divide); a named
+    tuple because one is built for every new layout of a search."""
 
     world: int
     dp: int  # world / (TP·PP·CP)
@@ -38,7 +39,7 @@ class LayoutFacts:
     vpp: int  # virtual stages per pipeline rank
     tokens: float  # tokens of one micro-batch on one rank (MBS·seq / CP)
     split: PipelineSplit
-    stages: tuple[Stage, ...]  # PP·VPP virtual stages in model order (an even spread when refused)
+    stages: tuple[Stage, ...]  # virtual stages in model order (`stages_or_spread`: an even spread when refused)
     split_error: SplitError | None  # why Megatron refuses the split, if it does
 
     @property
@@ -52,37 +53,24 @@ class LayoutFacts:
 
 
 
-def split_of(cfg: EffectiveConfig) -> PipelineSplit:
-    """The pipeline split arguments of a layout."""
-    c = cfg.__dict__
-    return PipelineSplit(c["pp_layout"], c["pp_first_layers"], c["pp_last_layers"], c["pp_embedding_in_split"],
-                         c["pp_loss_in_split"])
-
-
-def _spread(num_layers: int, mtp: int, n: int) -> tuple[Stage, ...]:
-    """`num_layers` over `n` stages as evenly as possible: a finite stand-in where Megatron refuses."""
-    q, r = divmod(num_layers, n)
-    return tuple(Stage(q + (1 if k < r else 0), k == 0, k == n - 1, mtp if k == n - 1 else 0) for k in range(n))
+@lru_cache(maxsize=4096)
+def _split_of(layout: str | None, first: int | None, last: int | None, embedding: bool, loss: bool) -> PipelineSplit:
+    """One `PipelineSplit` object per value (layouts of a search share a few splits)."""
+    return PipelineSplit(layout, first, last, embedding, loss)
 
 
 def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
     c = cfg.__dict__
     tp, pp, cp, vpp = c["tp"], c["pp"], c["cp"], c["vpp"]
     dp = replicas(world, tp * pp * cp)
-    split = split_of(cfg)
-    mtp = model.mtp_num_layers
-    try:
-        stages = split_layers(model.num_layers, mtp, pp, vpp if vpp > 1 else None, split)
-        error = None
-    except SplitError as exc:
-        stages, error = _spread(model.num_layers, mtp, pp * vpp), exc
-    return LayoutFacts(
-        world=world, dp=dp, edp=replicas(world, c["etp"] * c["ep"] * pp),
-        microbatches=microbatch_count(c["gbs"], c["mbs"], dp),
-        microbatches_or_1=max(1, c["gbs"] // (c["mbs"] * (dp or 1))), sp=c["sequence_parallel"] and tp > 1,
-        vpp=max(1, len(stages) // pp), tokens=c["mbs"] * c["seq_length"] / cp, split=split, stages=stages,
-        split_error=error,
-    )
+    split = _split_of(c["pp_layout"], c["pp_first_layers"], c["pp_last_layers"], c["pp_embedding_in_split"],
+                      c["pp_loss_in_split"])
+    stages, error = split_outcome(model.num_layers, model.mtp_num_layers, pp, vpp if vpp > 1 else None, split)
+    gbs, mbs = c["gbs"], c["mbs"]
+    return LayoutFacts(  # positional, in field order: built for every new layout
+        world, dp, replicas(world, c["etp"] * c["ep"] * pp), microbatch_count(gbs, mbs, dp),
+        max(1, gbs // (mbs * (dp or 1))), c["sequence_parallel"] and tp > 1, max(1, len(stages) // pp),
+        mbs * c["seq_length"] / cp, split, stages, error)
 
 
 _CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}

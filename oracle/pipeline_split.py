@@ -192,6 +192,30 @@ def split_layers(num_layers: int, mtp_layers: int, pp: int, vpp: int | None, spl
                  for k in range(n))
 
 
+@lru_cache(maxsize=8192)
+def split_outcome(num_layers: int, mtp_layers: int, pp: int, vpp: int | None,
+                  split: PipelineSplit) -> tuple[tuple[Stage, ...], SplitError | None]:
+    """(`stages_or_spread`, the `SplitError` Megatron raises or None), cached refusals included: a
+    search meets the same refused split for many layouts."""
+    try:
+        stages, error = split_layers(num_layers, mtp_layers, pp, vpp, split), None
+    except SplitError as exc:
+        stages, error = (), exc
+    if stages and sum(s.decoders for s in stages) == num_layers:
+        return stages, error
+    n = pp * (vpp or 1)
+    q, r = divmod(num_layers, n)
+    return tuple(Stage(q + (1 if k < r else 0), k == 0, k == n - 1, mtp_layers if k == n - 1 else 0)
+                 for k in range(n)), error
+
+
+def stages_or_spread(num_layers: int, mtp_layers: int, pp: int, vpp: int | None, split: PipelineSplit) -> tuple[Stage, ...]:
+    """`split_layers`, or where Megatron refuses the split (or it builds another number of decoders)
+    the layers spread over the PP x VPP stages as evenly as possible (the earlier take the remainder),
+    so that estimates of an illegal layout stay finite."""
+    return split_outcome(num_layers, mtp_layers, pp, vpp, split)[0]
+
+
 def balanced_layout(num_layers: int, mtp_layers: int, stages: int) -> str | None:
     """A layout string over `stages` stages that spreads the decoders evenly, counting the embedding
     and the loss (with the MTP layers) as one layer each, as Megatron-Bridge's DeepSeek-V3 and Kimi

@@ -189,7 +189,7 @@ def test_cli_projects_a_layout_workload_with_stage_counts(tmp_path):
 
 def test_mcp_evaluate_memory_only_on_a_layout_string_workload(tmp_path):
     with in_process(tmp_path, open_run=False) as (server, session), portal_client(server) as (portal, client):
-        wpath, _ = (tmp_path / "dsv3.yaml"), None
+        wpath = tmp_path / "dsv3.yaml"
         wpath.write_text("extends: deepseek-v3\npipeline_model_parallel_size: 8\nexpert_model_parallel_size: 32\n"
                          "expert_tensor_parallel_size: 1\ntensor_model_parallel_size: 2\nglobal_batch_size: 1024\n"
                          "pipeline_model_parallel_layout: 'Et|(tt|)*30mL'\nuse_distributed_optimizer: true\n")

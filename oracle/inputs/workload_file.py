@@ -150,7 +150,7 @@ def _primus(path: Path, data: dict[str, Any], primus_root: str | None) -> Worklo
         overrides = trainer.get("overrides") or {}
         if not isinstance(overrides, dict):
             raise InputError("must be a mapping", file=file, key="modules.pre_trainer.overrides")
-        card, merged = model_card(ref, file=file), None
+        card = model_card(ref, file=file)
         merged = deep_merge(card, overrides)
         name = card.get("name", ref)
     else:

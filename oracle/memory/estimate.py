@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..layout import layout_facts, split_of
+from ..layout import layout_facts
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .activations import edge_acts, layer_acts
 from .constants import (
@@ -63,7 +63,7 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
     n_rec = c["recompute_num_layers"]
     n_rec = (1 if n_rec is None else n_rec) if full else 0  # Megatron's default: 1 layer per group
-    plans = device_plans(g, pp, vpp, split_of(cfg), c["pp_schedule"], nmb, full, c["recompute_method"], n_rec)
+    plans = device_plans(g, pp, vpp, facts.split, c["pp_schedule"], nmb, full, c["recompute_method"], n_rec)
     tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
 
     # Bytes per parameter (state_bytes.py): bf16 weight, fp32 or bf16 main grad, optimizer state.

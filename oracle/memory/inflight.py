@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..pipeline_split import PipelineSplit, SplitError, split_layers
+from ..pipeline_split import PipelineSplit, stages_or_spread
 from .geometry import Geometry
 
 
@@ -18,7 +18,7 @@ from .geometry import Geometry
 class Chunk:
     dense: float
     moe: float
-    start: int  # first layer's index in the model (-1 when the split was not exact)
+    start: int  # first layer's index in the model
     has_embedding: bool
     has_output: bool
     has_mtp: bool
@@ -30,24 +30,15 @@ class Chunk:
 
 @lru_cache(maxsize=4096)
 def chunks(g: Geometry, pp: int, vpp: int, split: PipelineSplit) -> tuple[Chunk, ...]:
-    """The model's PP x VPP chunks in model order, as Megatron's split places the layers."""
-    try:
-        stages = split_layers(g.num_layers, g.mtp_layers, pp, vpp if vpp > 1 else None, split)
-    except SplitError:
-        stages = ()
+    """The model's PP x VPP chunks in model order, as Megatron's split places the layers
+    (`stages_or_spread`: an even spread where Megatron refuses, so the estimate stays finite)."""
     out: list[Chunk] = []
-    if stages and sum(s.decoders for s in stages) == g.num_layers:
-        start = 0
-        for st in stages:
-            moe = sum(g.pattern[start : start + st.decoders])
-            out.append(Chunk(st.decoders - moe, moe, start, st.embedding, st.loss, st.mtp > 0))
-            start += st.decoders
-        return tuple(out)
-    # Not splittable (an illegal layout): spread the layers evenly so the estimate stays finite.
-    n = max(pp * vpp, 1)
-    per = g.num_layers / n
-    moe_share = sum(g.pattern) / g.num_layers
-    return tuple(Chunk(per * (1 - moe_share), per * moe_share, -1, i == 0, i == n - 1, i == n - 1) for i in range(n))
+    start = 0
+    for st in stages_or_spread(g.num_layers, g.mtp_layers, pp, vpp if vpp > 1 else None, split):
+        moe = sum(g.pattern[start : start + st.decoders])
+        out.append(Chunk(st.decoders - moe, moe, start, st.embedding, st.loss, st.mtp > 0))
+        start += st.decoders
+    return tuple(out)
 
 
 def device_chunk_ids(i: int, pp: int, vpp: int, zbv: bool) -> tuple[int, ...]:

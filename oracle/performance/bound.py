@@ -23,7 +23,7 @@ from dataclasses import replace
 from functools import lru_cache
 from itertools import product
 
-from ..layout import layout_facts, split_of
+from ..layout import layout_facts
 from ..legality import MAX_SYNC_FREE_STAGE
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .arch import arch_of
@@ -54,13 +54,14 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     from `cfg` only in recompute or, with `any_knobs`, in any feature knob (also FP8, MoE backend,
     sync-free stages and DP sharding)."""
     world = cluster.world_size
-    pl = _Pipeline.of(layout_facts(model, cfg, world), cfg)
+    facts = layout_facts(model, cfg, world)
+    pl = _Pipeline.of(facts, cfg)
     if any_knobs:  # FSDP off, every sync-free stage on; FP8 and DeepEP off here, both tried in `_fastest_blocks`
         cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "fp8": None, "use_turbo_deepep": False,
                                      "sync_free_stage": MAX_SYNC_FREE_STAGE if model.is_moe and cfg.ep > 1 else 0})
     ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp)
     blocks = (_fastest_blocks if any_knobs else _layout_blocks)(model, ctx, pl.p > 1)
-    chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, split_of(cfg), False, None)
+    chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, facts.split, False, None)
     f, b, w = _stage_times(chunks, blocks, ())
     ends = _ends_bound(ctx, cfg, world, pl, f, b, w)
     weights = _rank_params(chunks, _params(blocks), _rank_chunks(pl.schedule, pl.p, pl.V))

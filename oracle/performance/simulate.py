@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import LayoutFacts, layout_facts, split_of
+from ..layout import LayoutFacts, layout_facts
 from ..memory.state_bytes import grad_bytes
-from ..pipeline_split import PipelineSplit, SplitError, split_layers
+from ..pipeline_split import PipelineSplit, stages_or_spread
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .arch import Arch, arch_of
 from .calibration import Constants, constants
@@ -54,28 +54,16 @@ class _Chunk:
 def _chunks(pattern: tuple[int, ...], mtp: int, pp: int, vpp: int, split: PipelineSplit, full: bool,
             block: int | None) -> tuple[_Chunk, ...]:
     """Virtual stages of a model with layer types `pattern` (1 = MoE), as Megatron's split places the
-    layers over PP x VPP stages (`oracle.pipeline_split`; an even spread where Megatron refuses)."""
-    L = len(pattern)
-    try:
-        counts = tuple(st.decoders for st in split_layers(L, mtp, pp, vpp if vpp > 1 else None, split))
-    except SplitError:
-        counts = ()
-    if sum(counts) != L:
-        counts = _even(L, pp * vpp)
-    V = len(counts)
+    layers over PP x VPP stages (`stages_or_spread`)."""
+    stages = stages_or_spread(len(pattern), mtp, pp, vpp if vpp > 1 else None, split)
     out, start = [], 0
-    for k, n in enumerate(counts):
-        layers = pattern[start:start + n]
-        start += n
+    for k, st in enumerate(stages):
+        layers = pattern[start:start + st.decoders]
+        start += st.decoders
         redo = (layers if block is None else layers[:block]) if full else ()
-        out.append(_Chunk(n - sum(layers), sum(layers), len(redo) - sum(redo), sum(redo), k == 0, k == V - 1))
+        out.append(_Chunk(st.decoders - sum(layers), sum(layers), len(redo) - sum(redo), sum(redo), k == 0,
+                          k == len(stages) - 1))
     return tuple(out)
-
-
-def _even(layers: int, parts: int) -> tuple[int, ...]:
-    """`layers` over `parts` virtual stages as evenly as possible (earlier ones take the remainder)."""
-    q, r = divmod(layers, parts)
-    return tuple(q + (1 if i < r else 0) for i in range(parts))
 
 
 def shards_weights(cfg: EffectiveConfig) -> bool:
@@ -276,7 +264,7 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
     ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp)
     full = cfg.recompute_granularity == "full"
     block = cfg.recompute_num_layers if full and cfg.recompute_method == "block" else None
-    chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, split_of(cfg), full, block)
+    chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, facts.split, full, block)
     blocks = _layout_blocks(model, ctx, pl.p > 1)
     if compute_scale is not None:
         dense, moe = compute_scale
