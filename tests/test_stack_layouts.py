@@ -178,25 +178,57 @@ def test_the_published_mixtral_recipe_is_the_main_job_and_fits():
     assert "mixtral-8x22b-mi355x-recipe.yaml" in first_command
 
 
-def test_cli_projects_a_layout_workload_with_stage_counts(tmp_path):
-    _, path = workload(tmp_path, LLAMA405B)
+# One workload per new form of issue 11, on 32 x 8 H100: (file text, expected decoders per stage).
+DSV3 = ("extends: deepseek-v3\npipeline_model_parallel_size: 8\nexpert_model_parallel_size: 32\n"
+        "expert_tensor_parallel_size: 1\ntensor_model_parallel_size: 2\nglobal_batch_size: 1024\n"
+        "use_distributed_optimizer: true\n")
+LLAMA70B = ("extends: llama3-70b\nseq_length: 8192\nglobal_batch_size: 128\ntensor_model_parallel_size: 4\n"
+            "pipeline_model_parallel_size: 4\nuse_distributed_optimizer: true\n")
+FORMS = {
+    # layout string: E + 1 decoder, 30 stages of 2, then MTP + loss (Megatron-Bridge's DeepSeek-V3 recipe)
+    "layout": (DSV3 + "pipeline_model_parallel_layout: 'Et|(tt|)*30mL'\n", [1] + [2] * 30 + [0]),
+    # embedding/loss accounting: (126 + 2) / 8 = 16 per rank, 2 per virtual stage, 1 at both ends
+    "accounting": (LLAMA405B, [1] + [2] * 62 + [1]),
+    # first/last counts: 61 = 7 x 8 + 5
+    "first_last": (DSV3 + "decoder_last_pipeline_num_layers: 5\n", [8] * 7 + [5]),
+    # 80 layers over PP 4: 20 each; the three knobs below do not move layers
+    "recompute_modules": (LLAMA70B + "recompute_granularity: selective\nrecompute_modules: [core_attn, mlp]\n", [20] * 4),
+    "bf16_grad_reduce": (LLAMA70B + "grad_reduce_in_bf16: true\n", [20] * 4),
+    "fp8_param_gather": (LLAMA70B + "fp8: hybrid\nfp8_param_gather: true\n", [20] * 4),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_each_new_form_projects_from_the_cli_with_stage_counts(tmp_path, form):
+    text, expected = FORMS[form]
+    _, path = workload(tmp_path, text)
     out = subprocess.run([PARATUNE, "project", "memory", "--workload", str(path), "--target-cluster", str(H100_32N),
                           "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert result["legal"] and result["breakdown"]["stage_0_layers"] == 1 and result["breakdown"]["stage_1_layers"] == 2
+    assert result["legal"], result["reason"]
+    assert [int(result["breakdown"][f"stage_{k}_layers"]) for k in range(len(expected))] == expected
+    assert f"stage_{len(expected)}_layers" not in result["breakdown"]
 
 
-def test_mcp_evaluate_memory_only_on_a_layout_string_workload(tmp_path):
+def test_each_new_form_projects_over_mcp_with_stage_counts(tmp_path):
+    cpath = tmp_path / "h100-32n.yaml"
+    cpath.write_text(H100_32N.read_text())
     with in_process(tmp_path, open_run=False) as (server, session), portal_client(server) as (portal, client):
-        wpath = tmp_path / "dsv3.yaml"
-        wpath.write_text("extends: deepseek-v3\npipeline_model_parallel_size: 8\nexpert_model_parallel_size: 32\n"
-                         "expert_tensor_parallel_size: 1\ntensor_model_parallel_size: 2\nglobal_batch_size: 1024\n"
-                         "pipeline_model_parallel_layout: 'Et|(tt|)*30mL'\nuse_distributed_optimizer: true\n")
-        cpath = tmp_path / "h100-32n.yaml"
-        cpath.write_text(H100_32N.read_text())
-        session.open_run(wpath, cpath, resume=False)
-        result = portal.call(lambda: client.call_tool("evaluate_memory_only", {"config": {}}))
-        assert not result.is_error, result.content[0].text
-        breakdown = result.structured_content["result"]["breakdown"]
-        assert breakdown["stage_0_layers"] == 1 and breakdown["stage_31_layers"] == 0
+        for form, (text, expected) in sorted(FORMS.items()):
+            wpath = tmp_path / f"{form}.yaml"
+            wpath.write_text(text)
+            session.open_run(wpath, cpath, resume=False)
+            result = portal.call(lambda: client.call_tool("evaluate_memory_only", {"config": {}}))
+            assert not result.is_error, result.content[0].text
+            breakdown = result.structured_content["result"]["breakdown"]
+            assert [int(breakdown[f"stage_{k}_layers"]) for k in range(len(expected))] == expected, form
+    # the knobs act: bf16 gradients take half the fp32 gradient bytes (4 B -> 2 B per parameter)
+    fp32 = evaluate_memory_only(*_load(tmp_path, LLAMA70B, "fp32.yaml"))
+    bf16 = evaluate_memory_only(*_load(tmp_path, FORMS["bf16_grad_reduce"][0], "bf16.yaml"))
+    assert bf16.breakdown["mem_grads"] == pytest.approx(fp32.breakdown["mem_grads"] / 2)
+
+
+def _load(tmp_path: Path, text: str, name: str):
+    w, _ = workload(tmp_path, text, name)
+    return w, load_cluster(H100_32N)
