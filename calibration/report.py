@@ -1,6 +1,7 @@
 """The accuracy report: every published run scored with the product's own verdicts (cap = whole HBM,
 margin 0, nothing tolerated), rejected runs listed first with the reason, then throughput and memory
-error tables, per-family MAPE and the order check."""
+error tables (each row's chosen layout, the knobs it tuned and those its recipe states), per-family
+MAPE (dense / MoE x NVIDIA / AMD) and the order check."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import defaultdict
 from oracle.catalog import gpu as catalog_gpu
 
 from .memory_rows import load_memory_rows, memory_verdict
-from .rows import Row, load_rows, order_pairs, project, setup
+from .rows import MODELLED, Row, load_rows, order_pairs, project, recipe_facts, setup
 
 
 def _family(row: Row) -> str:
@@ -34,10 +35,18 @@ def throughput_report(rows: list[Row]) -> tuple[float, float, int]:
         c = p.cfg
         split = c.pp_layout or ("acct" if c.pp_embedding_in_split or c.pp_loss_in_split else "") or (
             f"first={c.pp_first_layers},last={c.pp_last_layers}" if c.pp_first_layers or c.pp_last_layers else "even")
+        recompute = c.recompute_granularity or "none"
+        if recompute == "full":
+            recompute += f"/{c.recompute_method}{c.recompute_num_layers}"
+        moe = (f" dispatcher={'turbo-deepep' if c.use_turbo_deepep else c.moe_token_dispatcher_type}"
+               f" ep_overlap={c.overlap_moe_expert_parallel_comm}") if setup(row).model.is_moe else ""
         print(f"{row.id:9s} {row.model:16s} {row.gpu:9s} {row.measured:10.1f} "
               f"{p.estimate.tokens_per_s_per_gpu:10.1f} {100 * p.error:+6.1f}%  mbs={c.mbs} "
-              f"recompute={c.recompute_granularity or 'none'} vpp={c.vpp} split={split} "
-              f"grad_fp32={c.grad_reduce_in_fp32} | tuned: {', '.join(setup(row).tuned) or 'none'}")
+              f"recompute={recompute} vpp={c.vpp} split={split} grad_fp32={c.grad_reduce_in_fp32} "
+              f"tp_overlap={c.tp_comm_overlap}{moe} | tuned: {', '.join(setup(row).tuned) or 'none'}")
+        stated = sorted(k for k in recipe_facts().get(row.id, {}) if k in MODELLED)
+        if stated:
+            print(f"{'':9s} from recipe: {', '.join(stated)}")
     pairs = [(a, b) for a, b in order_pairs(rows) if a.id in errors and b.id in errors]
     bad = [(a.id, b.id) for a, b in pairs
            if project(a).estimate.tokens_per_s_per_gpu <= project(b).estimate.tokens_per_s_per_gpu]

@@ -4,8 +4,8 @@ product's own verdicts.
 A row's layout comes from its table columns (`data/throughput.csv`, `data/extra_throughput.csv`) and
 the recipe facts its sources state (`data/recipes.csv`: one sourced line per knob, in Megatron
 argument names). Knobs that neither states are tuned the way the published runs were: every
-candidate (MBS 1/2/4, recompute none/selective/full, VPP with each split Megatron accepts, the MoE
-dispatcher, FP8 primary weights) that `oracle.evaluate.evaluate_config` calls
+candidate (MBS 1/2/4, recompute none/selective/full, or full of the first 1-8 layers of each chunk,
+VPP with each split Megatron accepts, the MoE dispatcher, FP8 primary weights) that `oracle.evaluate.evaluate_config` calls
 legal and fitting is projected, and the fastest is the row's layout. The published runs ran, so the
 memory cap is the whole HBM (margin 0) and nothing is tolerated: a row with no legal, fitting
 candidate is a rejected published run, which the report lists with the reason. A row without GBS
@@ -25,9 +25,9 @@ from typing import Any
 from oracle.catalog import gpu as catalog_gpu
 from oracle.catalog import model_card
 from oracle.evaluate import evaluate_config
-from oracle.pipeline_split import candidate_splits
 from oracle.performance import PerfEstimate, simulate
 from oracle.performance.calibration import Constants
+from oracle.pipeline_split import candidate_splits
 from oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, TrainingArgs, Workload
 
 DATA = Path(__file__).with_name("data")
@@ -36,6 +36,7 @@ RECIPES_FILE = DATA / "recipes.csv"
 DEFAULT_GBS_PER_NODE = 128
 MBS_CANDIDATES = (1, 2, 4)
 RECOMPUTE_CANDIDATES = (None, "selective", "full")
+BLOCK_CANDIDATES = range(1, 9)  # full recompute of the first N layers of each chunk
 MAX_VPP = 8
 MODELLED = frozenset(TrainingArgs.model_fields)
 
@@ -174,7 +175,11 @@ def _candidates(row: Row, model: ModelArch) -> list[dict[str, Any]]:
         axes.append([{"micro_batch_size": m} for m in MBS_CANDIDATES])
     if "recompute_granularity" in tuned:
         axes.append([{"recompute_granularity": r, "recompute_method": "uniform" if r == "full" else None,
-                      "recompute_num_layers": 1 if r == "full" else None} for r in RECOMPUTE_CANDIDATES])
+                      "recompute_num_layers": 1 if r == "full" else None} for r in RECOMPUTE_CANDIDATES]
+                    # Primus's recipes recompute the first N layers of each chunk (block), e.g. the Mixtral
+                    # 8x22B multi-node recipe's recompute_num_layers 1 (docs/02-user-guide/megatron-lm-training.md)
+                    + [{"recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": n}
+                       for n in BLOCK_CANDIDATES])
     vpps = ([stated.get("virtual_pipeline_model_parallel_size") or 1]
             if "virtual_pipeline_model_parallel_size" not in tuned else range(1, MAX_VPP + 1))
     if "pipeline split" in tuned:
@@ -186,7 +191,9 @@ def _candidates(row: Row, model: ModelArch) -> list[dict[str, Any]]:
     if "fp8_param_gather" in tuned:
         axes.append([{"fp8_param_gather": g} for g in (False, True)])
     if "moe_token_dispatcher_type" in tuned:
-        axes.append([{"moe_token_dispatcher_type": d} for d in ("alltoall", "flex")])
+        deepep = ({"use_turbo_deepep": True} if catalog_gpu(row.gpu).vendor == "amd"  # Primus-Turbo's on ROCm
+                  else {"moe_token_dispatcher_type": "flex"})
+        axes.append([{"moe_token_dispatcher_type": "alltoall"}, deepep])
     out = []
     for combo in itertools.product(*axes):
         args = dict(stated)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from .constraints import rule_violations, search_rules
 from .identity_cache import by_identity
 from .layout import layout_facts
 from .legality import validate
 from .memory import estimate_memory
-from .pipeline_split import Stage
 from .performance import simulate
+from .pipeline_split import Stage
 from .specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
 from .specs.trusted import trusted
 
@@ -35,7 +36,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
     model = workload.model
     facts = layout_facts(model, cfg, world)
     dp = facts.dp
-    violations = validate(model, cfg, cluster)
+    violations = validate(model, cfg, cluster) + rule_violations(search_rules(workload, cluster), cfg)
     if violations:
         return trusted(EvalResult, {
             "legal": False, "reason": "; ".join(v.message for v in violations), "violations": violations,

@@ -24,6 +24,8 @@ from .specs.trusted import trusted
 
 SCHEDULES = ("1f1b", "interleaved", "zb", "zbv")
 MAX_SYNC_FREE_STAGE = 3
+# EP group sizes Primus-Turbo's DeepEP has dispatch/combine configs for (primus_turbo deep_ep/buffer.py @a6a16cd).
+TURBO_DEEPEP_RANKS = frozenset({2, 4, 8, 16, 24, 32, 64, 128, 144, 160})
 
 
 def _divisors(n: int) -> list[int]:
@@ -49,6 +51,10 @@ class LegalAxes(BaseModel):
     use_torch_fsdp2: list[bool]
     use_turbo_deepep: list[bool]
     sync_free_stage: list[int]
+    moe_token_dispatcher_type: list[str]
+    moe_flex_dispatcher_backend: list[str]
+    tp_comm_overlap: list[bool]
+    overlap_moe_expert_parallel_comm: list[bool]
     world_size: int
 
 
@@ -84,6 +90,10 @@ def legal_axes(model: ModelArch, cluster: ClusterSpec, *, seq_length: int, gbs: 
         use_torch_fsdp2=[False, True],
         use_turbo_deepep=[False, True] if moe else [False],
         sync_free_stage=list(range(MAX_SYNC_FREE_STAGE + 1)) if moe else [0],
+        moe_token_dispatcher_type=["allgather", "alltoall", "flex"] if moe else ["allgather"],
+        moe_flex_dispatcher_backend=["deepep", "hybridep"] if moe else ["deepep"],
+        tp_comm_overlap=[False, True],
+        overlap_moe_expert_parallel_comm=[False, True] if moe else [False],
         world_size=world,
     )
 
@@ -104,6 +114,8 @@ class _Limits:
     has_fp8: bool
     gpu_name: str
     mla: bool
+    amd: bool
+    mtp: int
 
 
 @by_identity()
@@ -115,7 +127,7 @@ def _limits(model: ModelArch, cluster: ClusterSpec) -> _Limits:
         tp_dims=tp_dims, tp_gcd=math.gcd(*(dim for dim, _ in tp_dims)),
         is_moe=model.is_moe, num_experts=model.num_experts or 0, expert_ffn=model.expert_ffn,
         num_layers=model.num_layers, has_fp8=cluster.gpu.has_fp8, gpu_name=cluster.gpu.name,
-        mla=model.multi_latent_attention,
+        mla=model.multi_latent_attention, amd=cluster.gpu.vendor == "amd", mtp=model.mtp_num_layers,
     )
 
 
@@ -189,6 +201,30 @@ def _pipeline_rules(c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
         out.append(_violation("zbv_vpp", f"ZBV needs VPP=2, got {vpp}"))
 
 
+def _overlap_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
+    """overlap_moe_expert_parallel_comm (megatron-core transformer_config.py `__post_init__`) and
+    tp_comm_overlap (Megatron-LM arguments.py: it needs sequence parallelism; Primus's ROCm port skips
+    FP8 with its default reduce-scatter overlaps, te_patches/tp_overlap_patches.py)."""
+    if c["overlap_moe_expert_parallel_comm"]:
+        if not (lim.is_moe and c["ep"] > 1):
+            out.append(_violation("ep_overlap_ep", "EP all-to-all overlap needs a MoE model with EP>1"))
+        if c["moe_token_dispatcher_type"] == "allgather":
+            out.append(_violation("ep_overlap_dispatcher", "EP all-to-all overlap needs the alltoall or flex dispatcher"))
+        if c["pp"] > 1 and c["vpp"] == 1:
+            out.append(_violation("ep_overlap_vpp", "EP all-to-all overlap with PP>1 needs virtual pipeline stages"))
+        if c["recompute_granularity"] == "full" or "moe" in (c["recompute_modules"] or ()):
+            out.append(_violation("ep_overlap_recompute", "EP all-to-all overlap excludes full recompute and the "
+                                  "moe recompute module"))
+        if lim.mtp > 1:
+            out.append(_violation("ep_overlap_mtp", "EP all-to-all overlap supports at most one MTP layer"))
+    if c["tp_comm_overlap"]:
+        if not (c["tp"] > 1 and c["sequence_parallel"]):
+            out.append(_violation("tp_overlap_sp", "tp_comm_overlap needs TP>1 with sequence parallelism"))
+        if lim.amd and c["fp8"]:
+            out.append(_violation("tp_overlap_fp8_rocm", "Primus's ROCm tp_comm_overlap does not run under FP8 "
+                                  "with its default reduce-scatter overlaps"))
+
+
 def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
     torch_fsdp = c["use_torch_fsdp2"]
     if torch_fsdp and c["use_distributed_optimizer"]:
@@ -222,6 +258,16 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
         out.append(_violation("sync_free_range", f"sync_free_stage must be in 0..{MAX_SYNC_FREE_STAGE}, got {stage}"))
     elif stage and not moe_ep:
         out.append(_violation("sync_free_moe", "sync-free MoE stages need a MoE model with EP>1"))
+    elif stage >= 2 and c["etp"] != 1:
+        out.append(_violation("sync_free_etp", "sync-free stages 2-3 run Primus-Turbo grouped GEMMs, which need "
+                              "ETP=1 (Primus primus_turbo.py PrimusTurboGroupedLinear)"))
+    if c["use_turbo_deepep"] and moe_ep and c["etp"] * c["ep"] not in TURBO_DEEPEP_RANKS:
+        out.append(_violation("turbo_deepep_ranks", f"Primus-Turbo DeepEP runs on ETP*EP in "
+                              f"{sorted(TURBO_DEEPEP_RANKS)} ranks, got {c['etp'] * c['ep']} (primus_turbo deep_ep/buffer.py)"))
+    if lim.amd and c["moe_token_dispatcher_type"] == "flex" and not c["use_turbo_deepep"]:
+        out.append(_violation("flex_rocm", "Megatron's flex dispatcher backends (DeepEP, HybridEP) are CUDA "
+                              "libraries; on ROCm the flex path is Primus-Turbo's DeepEP (use_turbo_deepep)"))
+    _overlap_rules(lim, c, out)
     if c["fp8"] and not lim.has_fp8:
         out.append(_violation("fp8_gpu", f"{lim.gpu_name} has no FP8 tensor cores"))
     n_rec = c["recompute_num_layers"]

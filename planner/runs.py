@@ -20,7 +20,7 @@ from oracle.legality import validate
 from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .investigator.llm_config import named_llm
-from .launch import env_exports, launch_command
+from .launch import LaunchPlan, launch_plan
 from .seed_plan import seed_plan
 from .sweep import SweepResult
 
@@ -90,26 +90,27 @@ def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
     )
 
 
-def how_to_run(best: TrialRecord | None, workload_file: str) -> tuple[list[str], str | None]:
-    """(env exports, launch command) of a run's winner; empty when there is none."""
+def how_to_run(best: TrialRecord | None, workload: Workload, cluster: ClusterSpec, workload_file: str,
+               out_dir: str = ".") -> LaunchPlan | None:
+    """The launch of a run's winner on the cluster's stack; None when there is none."""
     if best is None:
-        return [], None
-    cfg = EffectiveConfig(**best.config)
-    return env_exports(cfg), launch_command(cfg, workload_file)
+        return None
+    return launch_plan(EffectiveConfig(**best.config), workload, cluster, workload_file, out_dir)
 
 
 def write_artifacts(out_dir: Path, workload: Workload, cluster: ClusterSpec, trials: list[TrialRecord],
-                    summary: dict[str, Any], exports_lines: list[str], command: str | None) -> list[str]:
-    """trials.jsonl, summary.json, trials/*.yaml, trials.png and (with a winner) winner.env and
-    launch.sh in `out_dir`; returns the names written."""
+                    summary: dict[str, Any], launch: LaunchPlan | None) -> list[str]:
+    """trials.jsonl, summary.json, trials/*.yaml, trials.png and (with a winner) launch.sh and the files
+    its command reads, in `out_dir`; returns the names written."""
     exports.write_trials_jsonl(out_dir / "trials.jsonl", trials)
     exports.write_summary(out_dir / "summary.json", summary)
     exports.write_overlays(out_dir / "trials", workload, trials)
     exports.write_plot(out_dir / "trials.png", trials, f"{workload.name} on {cluster.name}")
     written = ["trials.jsonl", "summary.json", "trials/", "trials.png"]
-    if command:
-        exports.write_text(out_dir / "winner.env", "\n".join(exports_lines) + "\n")
-        exports.write_text(out_dir / "launch.sh", "#!/usr/bin/env bash\n" + "\n".join(exports_lines)
-                           + "\n" + command + "\n")
-        written += ["winner.env", "launch.sh"]
+    if launch is not None:
+        exports.write_text(out_dir / "launch.sh", f"#!/usr/bin/env bash\n# stack: {cluster.stack_text}\n"
+                           f"{launch.command}\n")
+        for name, text in launch.files.items():
+            exports.write_text(out_dir / name, text)
+        written += ["launch.sh", *launch.files]
     return written

@@ -1,8 +1,10 @@
 """The deterministic seed plan: single-axis sweeps anchored on the workload's baseline (DESIGN §5).
 
-Tiers, in order: baseline; recompute; MoE backend; FP8; the combined tier-A stack; pipeline
-schedules; baseline neighbours (VPP x MBS x recompute); DP sharding; a coarse TP x PP x EP x CP grid
-that keeps the baseline's value of every axis in its lists. Only legal candidates, no duplicates.
+Tiers, in order: baseline; recompute; MoE dispatcher and EP overlap; TP overlap; FP8; the combined
+tier-A stack; pipeline schedules; baseline neighbours (VPP x MBS x recompute); DP sharding; a coarse
+TP x PP x EP x CP grid that keeps the baseline's value of every axis in its lists. Only candidates
+that are legal and that every search rule allows (`oracle.constraints`: stack, precision, the
+user's pins), no duplicates.
 """
 
 from __future__ import annotations
@@ -10,11 +12,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from oracle.legality import legal_axes, validate
+from oracle.constraints import rule_violations, search_axes, search_rules
+from oracle.legality import validate
 from oracle.pipeline_split import candidate_splits
 from oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
 
-from .space import split_knobs
+from .space import ALLTOALL, FLEX_DEEPEP, TURBO_DEEPEP, menu, split_knobs
 
 Candidate = tuple[str, TrialConfig]
 
@@ -29,21 +32,25 @@ def _near(values: list[int], anchor: int, width: int = 1) -> list[int]:
 
 def _tiers(workload: Workload, cluster: ClusterSpec, base: EffectiveConfig) -> Iterator[Candidate]:
     model = workload.model
-    axes = legal_axes(model, cluster, seq_length=base.seq_length, gbs=base.gbs)
+    axes = search_axes(workload, cluster)
     moe_ep = model.is_moe and base.ep > 1
     yield "baseline", TrialConfig()
     for rc in ("none", "selective", "full"):
         yield "recompute", TrialConfig(recompute_granularity=rc)
+    deepep = next((d for d in (FLEX_DEEPEP, TURBO_DEEPEP) if d in menu(workload, cluster).dispatchers), ALLTOALL)
     if moe_ep:
-        yield "moe_backend", TrialConfig(use_turbo_deepep=True)
-        for stage in axes.sync_free_stage[1:]:
-            yield "moe_backend", TrialConfig(use_turbo_deepep=True, sync_free_stage=stage)
-    for fp8 in axes.fp8[1:]:
+        for dispatch in menu(workload, cluster).dispatchers:
+            yield "moe_backend", TrialConfig(**dispatch)
+        for dispatch in (ALLTOALL, deepep):
+            yield "moe_backend", TrialConfig(**dispatch, overlap_moe_expert_parallel_comm=True)
+    if base.tp > 1:
+        yield "tp_overlap", TrialConfig(tp_comm_overlap=True)
+    for fp8 in axes.fp8:
         yield "fp8", TrialConfig(fp8=fp8)
-    tier_a = {"fp8": axes.fp8[1] if len(axes.fp8) > 1 else "none", "cross_entropy_loss_fusion": True,
-              "overlap_grad_reduce": True}
+    tier_a = {"fp8": next((f for f in axes.fp8 if f != "none"), axes.fp8[0]), "cross_entropy_loss_fusion": True,
+              "overlap_grad_reduce": True, "tp_comm_overlap": base.tp > 1 and True in axes.tp_comm_overlap}
     if moe_ep:
-        tier_a |= {"use_turbo_deepep": True, "sync_free_stage": axes.sync_free_stage[-1]}
+        tier_a |= deepep
     yield "tier_a", TrialConfig(**tier_a)
     yield "tier_a", TrialConfig(**tier_a, recompute_granularity="none")
     if base.pp > 1:
@@ -71,11 +78,12 @@ def _tiers(workload: Workload, cluster: ClusterSpec, base: EffectiveConfig) -> I
 def seed_plan(workload: Workload, cluster: ClusterSpec, budget: int | None = None) -> list[Candidate]:
     """Legal, distinct candidates in tier order (at most `budget`), each tagged `seed:<tier>`."""
     base = workload.effective()
+    rules = search_rules(workload, cluster)
     seen: set[str] = set()
     out: list[Candidate] = []
     for tier, trial in _tiers(workload, cluster, base):
         cfg = workload.effective(trial)
-        if cfg.key in seen or validate(workload.model, cfg, cluster):
+        if cfg.key in seen or validate(workload.model, cfg, cluster) or rule_violations(rules, cfg):
             continue
         seen.add(cfg.key)
         out.append((f"seed:{tier}", trial))

@@ -4,8 +4,13 @@ Axes: TP, PP, CP, EP, ETP (= TP or 1), VPP with the pipeline split (`oracle.pipe
 candidate_splits`: the even split where Megatron accepts it, else embedding/loss accounting, balanced
 first/last counts and a balanced layout string), MBS, pipeline schedule, recompute (none/selective/
 full), FP8 (off or the hybrid recipe; E4M3-only projects the same GEMM speed, so it is not a separate
-point), MoE backend (all-to-all, DeepEP, DeepEP with sync-free stages 1-3) and DP sharding
-(distributed optimizer, or FSDP2 where Megatron allows it: PP = EP = 1). GBS stays the workload's: it is the training recipe, not a layout.
+point), the MoE dispatcher (allgather, NCCL all-to-all, and DeepEP: Megatron's flex dispatcher on
+NVIDIA, Primus-Turbo's on ROCm; HybridEP is costed as DeepEP, so it is not a separate point), EP
+all-to-all overlap, TP communication overlap, and DP sharding (distributed optimizer, or FSDP2 where
+Megatron allows it: PP = EP = 1). GBS stays the workload's: it is the training recipe, not a layout.
+Every axis holds only the values the rules allow (`oracle.constraints`: the cluster's stack, the
+workload's precision, the user's pins), so a knob the stack lacks never appears. Sync-free MoE stages
+are not searched: their effect is not modelled (`oracle.stacks`).
 Fused cross-entropy and overlapped gradient reduction are always on: in the oracle they cost no
 memory and no time, so their off states are dominated and cannot hold the optimum.
 """
@@ -13,12 +18,21 @@ memory and no time, so their off states are dominated and cannot hold the optimu
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from oracle.legality import legal_axes, validate
+from oracle.constraints import Rule, allowed, canonical, search_axes, search_rules
+from oracle.identity_cache import by_identity
+from oracle.legality import validate
 from oracle.pipeline_split import PipelineSplit, candidate_splits
 from oracle.specs import ClusterSpec, TrialConfig, Workload
+
+# MoE dispatch options, as the knobs that choose them.
+ALLGATHER = {"moe_token_dispatcher_type": "allgather", "use_turbo_deepep": False}
+ALLTOALL = {"moe_token_dispatcher_type": "alltoall", "use_turbo_deepep": False}
+FLEX_DEEPEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep", "use_turbo_deepep": False}
+TURBO_DEEPEP = {"moe_token_dispatcher_type": "flex", "use_turbo_deepep": True}
 
 
 def _schedules(pp: int, vpp: int, microbatches: int) -> list[str]:
@@ -30,27 +44,66 @@ def _schedules(pp: int, vpp: int, microbatches: int) -> list[str]:
     return out + (["zbv"] if vpp == 2 else [])
 
 
-def _recomputes(schedule: str) -> tuple[str, ...]:
-    return ("none",) if schedule in ("zb", "zbv") else ("none", "selective", "full")
+@dataclass(frozen=True)
+class Menu:
+    """The feature-knob values the rules allow on one search, read once (`knob_points` combines them)."""
+
+    recomputes: tuple[str, ...]
+    fp8s: tuple[str, ...]
+    dispatchers: tuple[dict, ...]  # MoE dispatch options (EP > 1)
+    ep_overlaps: tuple[bool, ...]
+    tp_overlaps: tuple[bool, ...]
+    fsdp: tuple[bool, ...]
+    rules: tuple[Rule, ...]
 
 
-def _moe_backends(moe_ep: bool) -> list[tuple[bool, int]]:
-    return [(False, 0), (True, 0), (True, 1), (True, 2), (True, 3)] if moe_ep else [(False, 0)]
+@by_identity()
+def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
+    """The rules' allowed values of every feature knob of this search."""
+    rules = search_rules(workload, cluster)
+    axes = search_axes(workload, cluster)
+
+    def ok(option: dict) -> bool:
+        return all(allowed(rules, k, [v]) for k, v in option.items())
+
+    # Megatron's flex backends are CUDA libraries: on ROCm DeepEP is Primus-Turbo's (legality `flex_rocm`).
+    deepep = TURBO_DEEPEP if cluster.gpu.vendor == "amd" else FLEX_DEEPEP
+    dispatchers = tuple(d for d in (ALLGATHER, ALLTOALL, deepep) if ok(d))
+    return Menu(recomputes=tuple(allowed(rules, "recompute_granularity", ["none", "selective", "full"])),
+                fp8s=tuple(f for f in axes.fp8 if f != "e4m3") or tuple(axes.fp8),
+                dispatchers=dispatchers, ep_overlaps=tuple(axes.overlap_moe_expert_parallel_comm),
+                tp_overlaps=tuple(axes.tp_comm_overlap),
+                fsdp=tuple(allowed(rules, "use_torch_fsdp2", [False, True])), rules=rules)
 
 
 def enumerate_space(workload: Workload, cluster: ClusterSpec) -> Iterator[TrialConfig]:
     """Yield every legal point once, in a fixed order."""
-    moe = workload.model.is_moe
-    fp8s = ["none", "hybrid"] if cluster.gpu.has_fp8 else ["none"]
+    m = menu(workload, cluster)
     for layout in enumerate_layouts(workload, cluster):
-        yield from knob_points(layout, fp8s, moe and layout["ep"] > 1)
+        yield from knob_points(layout, m, _moe_ep(workload, layout), _sp(workload, layout))
+
+
+def _moe_ep(workload: Workload, layout: dict) -> bool:
+    return workload.model.is_moe and layout["ep"] > 1
+
+
+def _sp(workload: Workload, layout: dict) -> bool:
+    """Whether the layout runs sequence parallelism (the workload's setting, with TP > 1)."""
+    return workload.training.sequence_parallel and layout["tp"] > 1
+
+
+def layout_knobs(workload: Workload, layout: dict, m: Menu) -> tuple[dict, Menu, bool, bool]:
+    """`knob_points` / `knob_count` arguments of one layout."""
+    return layout, m, _moe_ep(workload, layout), _sp(workload, layout)
 
 
 def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict]:
-    """Yield every legal parallel layout (the axes before the feature knobs), in a fixed order."""
+    """Yield every legal parallel layout (the axes before the feature knobs) with at least one legal
+    feature-knob point, in a fixed order."""
     model, t = workload.model, workload.training
     world, gbs = cluster.world_size, t.global_batch_size
-    axes = legal_axes(model, cluster, seq_length=t.seq_length, gbs=gbs)
+    axes = search_axes(workload, cluster)
+    m = menu(workload, cluster)
     layers, mtp = model.num_layers, model.mtp_num_layers
     for tp in axes.tp:
         for pp in axes.pp:
@@ -67,12 +120,14 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
                         for mbs in axes.mbs:
                             if gbs % (mbs * dp):
                                 continue
-                            m = gbs // (mbs * dp)
+                            n = gbs // (mbs * dp)
                             for vpp in vpps:
-                                for schedule, split in product(_schedules(pp, vpp, m), splits[vpp]):
+                                schedules = [x for x in _schedules(pp, vpp, n) if x in axes.pp_schedule]
+                                for schedule, split in product(schedules, splits[vpp]):
                                     layout = dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, mbs=mbs, vpp=vpp,
                                                   pp_schedule=schedule, **split_knobs(split))
-                                    if _layout_legal(workload, cluster, layout):
+                                    if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout)
+                                            and knob_count(*layout_knobs(workload, layout, m))):
                                         yield layout
 
 
@@ -82,28 +137,54 @@ def split_knobs(split: PipelineSplit) -> dict:
                 pp_embedding_in_split=split.embedding, pp_loss_in_split=split.loss)
 
 
+def _rules_allow(rules: tuple[Rule, ...], layout: dict) -> bool:
+    """Whether every rule on a layout knob allows the layout's value."""
+    return all(canonical(layout[r.knob]) in r.values for r in rules if r.knob in layout)
+
+
 def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> bool:
     """Layout rules checked once with plain knobs; the knob loop below only builds legal combinations."""
-    plain = TrialConfig(**layout, recompute_granularity="none", fp8="none", use_turbo_deepep=False,
-                        sync_free_stage=0, use_torch_fsdp2=False, use_distributed_optimizer=True)
+    plain = TrialConfig(**layout, recompute_granularity="none", fp8="none", **ALLTOALL, sync_free_stage=0,
+                        use_torch_fsdp2=False, use_distributed_optimizer=True, tp_comm_overlap=False,
+                        overlap_moe_expert_parallel_comm=False)
     return not validate(workload.model, workload.effective(plain), cluster)
 
 
-def knob_points(layout: dict, fp8s: list[str], moe_ep: bool) -> Iterator[TrialConfig]:
+def knob_points(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> Iterator[TrialConfig]:
     """Every legal combination of feature knobs on one layout."""
-    for recompute, fp8, (deepep, sync_free), fsdp in product(*_knob_axes(layout, fp8s, moe_ep)):
-        yield TrialConfig(**layout, recompute_granularity=recompute, fp8=fp8,
-                          use_turbo_deepep=deepep, sync_free_stage=sync_free,
-                          use_torch_fsdp2=fsdp, use_distributed_optimizer=not fsdp,
-                          cross_entropy_loss_fusion=True, overlap_grad_reduce=True)
+    for recompute, moes, *rest in _knob_axes(layout, m, moe_ep, sp):
+        for moe, fp8, tp_overlap, fsdp in product(moes, *rest):
+            yield TrialConfig(**layout, recompute_granularity=recompute, fp8=fp8, **moe, tp_comm_overlap=tp_overlap,
+                              use_torch_fsdp2=fsdp, use_distributed_optimizer=not fsdp,
+                              cross_entropy_loss_fusion=True, overlap_grad_reduce=True)
 
 
-def knob_count(layout: dict, fp8s: list[str], moe_ep: bool) -> int:
+def knob_count(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> int:
     """How many points `knob_points` yields, without building them."""
-    return prod(len(axis) for axis in _knob_axes(layout, fp8s, moe_ep))
+    return sum(prod(len(axis) for axis in axes) for _, *axes in _knob_axes(layout, m, moe_ep, sp))
 
 
-def _knob_axes(layout: dict, fp8s: list[str], moe_ep: bool) -> tuple[tuple, ...]:
-    """The feature-knob axes of one layout: recompute, FP8, MoE backend, FSDP."""
-    fsdp = (False, True) if layout["pp"] == 1 and layout["ep"] == 1 else (False,)  # torch FSDP2: PP = EP = 1
-    return _recomputes(layout["pp_schedule"]), tuple(fp8s), tuple(_moe_backends(moe_ep)), fsdp
+def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
+    """Per recompute mode of one layout: (mode, MoE options (dispatch with EP overlap), FP8s, TP
+    overlaps, FSDP settings).
+
+    Zero-bubble schedules run without recompute (Primus's zero-bubble patches); the dispatcher and EP
+    overlap only act with EP > 1, EP overlap only with the all-to-all or flex dispatcher, without full
+    recompute and, under PP, with the interleaved schedule (`oracle.legality._overlap_rules`); TP
+    overlap needs sequence parallelism; torch FSDP2 needs PP = EP = 1 (Megatron-LM arguments.py).
+    Where a knob does not apply it stays off, and a layout whose rules forbid off has no points."""
+    recomputes = ("none",) if layout["pp_schedule"] in ("zb", "zbv") else m.recomputes
+    overlap_ok = layout["pp"] == 1 or layout["pp_schedule"] == "interleaved"
+    tp_overlaps = tuple(x for x in (m.tp_overlaps if sp else (False,)) if x in m.tp_overlaps)
+    fsdp = tuple(x for x in (m.fsdp if layout["pp"] == 1 and layout["ep"] == 1 else (False,)) if x in m.fsdp)
+    out = []
+    for r in recomputes:
+        if r not in m.recomputes:
+            continue
+        if moe_ep:
+            moes = tuple({**d, "overlap_moe_expert_parallel_comm": o} for d in m.dispatchers for o in m.ep_overlaps
+                         if not o or (overlap_ok and r != "full" and d["moe_token_dispatcher_type"] != "allgather"))
+        else:
+            moes = tuple({"overlap_moe_expert_parallel_comm": False} for o in m.ep_overlaps if not o)
+        out.append((r, moes, m.fp8s, tp_overlaps, fsdp))
+    return out

@@ -5,7 +5,7 @@ all its feature-knob points, hence an upper bound on their tokens/s/GPU. Layouts
 first; a worker skips a layout, without even its memory checks, when that upper bound is strictly
 below the k-th best it has scored so far, since none of its points can then enter the top-k. In a
 layout it does score, each point gets the memory pre-filter, then the same test with the bound of its
-group (its FP8, MoE backend and DP sharding; the bound holds for every recompute mode), and is
+group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode), and is
 simulated only if it passes; once a group loses, its other points are skipped unchecked. The result
 equals scoring every fitting point, ties broken by config key.
 """
@@ -25,14 +25,14 @@ from oracle.memory import estimate_memory
 from oracle.performance import iteration_bound, simulate, tokens_per_s_per_gpu
 from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
-from .space import enumerate_layouts, knob_count, knob_points
+from .space import enumerate_layouts, knob_count, knob_points, layout_knobs, menu
 
 
 class SweepResult(BaseModel):
     """What a sweep saw and the best layouts it found (best first).
 
     space_size: every legal point. scored: points simulated. pruned: points a bound ruled out unsimulated
-    (a whole layout, or a point whose FP8 / MoE backend / DP sharding group lost). fits: points found to
+    (a whole layout, or a point whose FP8 / MoE dispatcher / overlap / DP sharding group lost). fits: points found to
     fit in memory; a point is not checked once its layout or group is ruled out."""
 
     space_size: int
@@ -49,13 +49,12 @@ _CTX: dict = {}
 
 
 def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
-    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[],
-                fp8s=["none", "hybrid"] if cluster.gpu.has_fp8 else ["none"])
+    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=menu(workload, cluster))
 
 
-def _knobs(layout: dict) -> tuple[dict, list[str], bool]:
+def _knobs(layout: dict) -> tuple:
     """`knob_points` arguments of a layout."""
-    return layout, _CTX["fp8s"], _CTX["workload"].model.is_moe and layout["ep"] > 1
+    return layout_knobs(_CTX["workload"], layout, _CTX["menu"])
 
 
 def _best_tps(cfg: EffectiveConfig, any_knobs: bool) -> float:
@@ -88,7 +87,8 @@ def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ra
     bounds: dict[tuple, float] = {}  # by every feature knob but recompute, which the bound covers
     entered: list[Ranked] = []
     for trial in knob_points(*_knobs(layout)):
-        knobs = (trial.fp8, trial.use_turbo_deepep, trial.sync_free_stage, trial.use_torch_fsdp2)
+        knobs = (trial.fp8, trial.moe_token_dispatcher_type, trial.use_turbo_deepep,
+                 trial.overlap_moe_expert_parallel_comm, trial.tp_comm_overlap, trial.use_torch_fsdp2)
         if knobs in bounds and _loses(bounds[knobs]):
             unchecked += 1
             continue

@@ -17,8 +17,14 @@ from oracle.benchmark.gate import BenchmarkUnavailable, benchmark_device
 from oracle.errors import InputError
 from oracle.specs import ClusterSpec, EvalResult, Workload
 
-from .investigator.llm_config import LLMConfig, LLMNotConfigured, dry_run_llm, resolve_llm
+from .investigator.llm_config import (
+    LLMConfig,
+    LLMNotConfigured,
+    dry_run_llm,
+    resolve_llm,
+)
 from .investigator.models import InvestigationReport, InvestigatorOptions
+from .launch import LaunchPlan
 from .runs import how_to_run, record_sweep, score_seed_plan, write_artifacts
 from .sweep import SweepResult, sweep
 
@@ -37,6 +43,7 @@ class TuneOptions(BaseModel):
     top_k: int = 10
     profiling_mode: Literal["simulate", "benchmark"] = "simulate"
     investigator: InvestigatorOptions = Field(default_factory=InvestigatorOptions)
+    serve_args: tuple[str, ...] = ()  # the command line's search flags, handed to the `paratune serve` child
 
 
 class TuneOutcome(BaseModel):
@@ -57,8 +64,8 @@ class TuneOutcome(BaseModel):
     hypotheses: list[str]
     investigation: InvestigationReport | None
     timings_s: dict[str, float]
-    env_exports: list[str]
-    launch_command: str | None
+    stack: str
+    launch: LaunchPlan | None
 
 
 def choose_llm(cluster: ClusterSpec, options: TuneOptions) -> LLMConfig | str:
@@ -94,7 +101,7 @@ def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, options: TuneOptions,
     seeds: SeedOutcome | None = None
     start = time.perf_counter()
     try:
-        with serve_run(files[0], files[1], ledger.path, run_id) as server:
+        with serve_run(files[0], files[1], ledger.path, run_id, options.serve_args) as server:
             done = server.call("run_seed_plan", budget=seed_budget, fidelity=options.profiling_mode)
             seeds = SeedOutcome(exhausted=done["budget_exhausted"], best=done["best_tokens_per_s_per_gpu"])
             timings["seed_s"] = time.perf_counter() - start
@@ -156,7 +163,7 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
         ledger.set_status(run.id, "finished")
         timings["total_s"] = time.perf_counter() - start
         sweep_best = swept.top[0].tokens_per_s_per_gpu if swept and swept.top else None
-        env_lines, command = how_to_run(best, workload_file)
+        launch = how_to_run(best, workload, cluster, workload_file, str(out_dir))
         outcome = TuneOutcome(
             run_id=run.id, winner=best.result if best else None, winner_origin=best.origin if best else None,
             seed_best=seeds.best, sweep_best=sweep_best,
@@ -164,8 +171,8 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
             space_size=swept.space_size if swept else None, sweep_fits=swept.fits if swept else None,
             trials=len(trials), seed_trials=sum(t.origin.startswith("seed:") for t in trials),
             budget_exhausted=seeds.exhausted, llm_phase=status, hypotheses=report.hypotheses if report else [],
-            investigation=report, timings_s=timings, env_exports=env_lines, launch_command=command,
+            investigation=report, timings_s=timings, stack=cluster.stack_text, launch=launch,
         )
-        write_artifacts(out_dir, workload, cluster, trials, outcome.model_dump(mode="json"), env_lines, command)
+        write_artifacts(out_dir, workload, cluster, trials, outcome.model_dump(mode="json"), launch)
         exports.write_text(out_dir / "scratchpad.txt", _scratchpad(ledger, run.id))
     return outcome

@@ -3,7 +3,10 @@
 INSTRUCTIONS = """\
 paratune projects per-GPU memory and training throughput (tokens/s/GPU) of Megatron-style LLM
 training layouts (TP, PP, EP, CP, VPP, micro-batch, recompute, FP8, pipeline schedule, optimizer
-sharding, MoE backend) on a target cluster, and records every trial in a ledger.
+sharding, MoE dispatcher, TP/EP communication overlap) on a target cluster running Primus, Megatron-LM
+or Megatron-Bridge, and records every trial in a ledger. The cluster's stack and the user's search
+constraints (pinned knobs, allowed values, the workload's precision) bind every tool: a proposal that
+breaks one comes back illegal with the constraint's code.
 A session: open_run (unless the server already has one) -> get_architecture, get_cluster,
 get_legal_axes -> run_seed_plan -> propose cross-axis configs, check them with
 evaluate_memory_only (free) and score them with evaluate_simulate (budgeted) -> keep notes with
@@ -12,7 +15,10 @@ workload's own value. Identical layouts are answered from the ledger without spe
 
 _CONFIG = ("`config` is an object of TrialConfig knobs (tp, pp, ep, cp, etp, vpp, mbs, gbs, pp_schedule, "
            "recompute_granularity, recompute_method, recompute_num_layers, fp8, use_distributed_optimizer, "
-           "use_torch_fsdp2, use_turbo_deepep, sync_free_stage, overlap_grad_reduce, cross_entropy_loss_fusion); "
+           "use_torch_fsdp2, use_megatron_fsdp, moe_token_dispatcher_type, moe_flex_dispatcher_backend, "
+           "use_turbo_deepep, sync_free_stage, tp_comm_overlap, overlap_moe_expert_parallel_comm, cuda_graph_impl, "
+           "overlap_grad_reduce, cross_entropy_loss_fusion, the pipeline split knobs, recompute_modules, "
+           "grad_reduce_in_fp32, fp8_param_gather, optimizer_cpu_offload); "
            "absent knobs keep the workload's values, {} is the baseline.")
 
 _ILLEGAL = ("An illegal layout is not an error: it comes back with legal=false and every violated rule "
@@ -39,13 +45,17 @@ TOOLS: dict[str, str] = {
         f"{_CONFIG} Returns the same shape as evaluate_simulate."
     ),
     "validate_config": (
-        "Check one layout against every legality rule without evaluating or recording it. Free and instant. "
+        "Check one layout against every legality rule and search constraint (stack_knob, stack_value, "
+        "constraint_precision, constraint_fix, constraint_allow, constraint_exclude) without evaluating or "
+        "recording it. Free and instant. "
         f"{_CONFIG} Returns legal, the violations (code and sentence), the resolved effective config with its "
         "canonical key, and the derived data-parallel size."
     ),
     "get_legal_axes": (
         "The values each knob may take on its own for this model on this cluster (divisibility of heads, "
-        "layers, experts, sequence, world size), plus the world size. Free. Call it first when proposing "
+        "layers, experts, sequence, world size), limited to what the cluster's stack has and the search "
+        "constraints allow (a knob the stack lacks shows only its off value), plus the world size. Free. "
+        "Call it first when proposing "
         "layouts; cross-axis rules (TP*PP*CP*DP = world, GBS divisible by MBS*DP, ...) are checked by "
         "validate_config and the evaluate tools."
     ),
@@ -56,7 +66,8 @@ TOOLS: dict[str, str] = {
     ),
     "get_best": (
         "The incumbent: the legal, fitting trial with the highest tokens/s/GPU (optionally at one fidelity), "
-        "with its env exports and launch command. Free. found=false when nothing has been simulated yet."
+        "with the cluster's stack and its launch (command and the files it reads). Free. found=false when "
+        "nothing has been simulated yet."
     ),
     "get_architecture": (
         "The workload: model architecture in Megatron argument names (layers, hidden size, heads, query "
@@ -108,7 +119,7 @@ TOOLS: dict[str, str] = {
     "export_best": (
         "Write the run's artifacts to out_dir (under the allowed roots; created if missing): trials.jsonl, "
         "summary.json, trials.png, trials/<id>.yaml (re-runnable workload overlays) and, when there is a "
-        "winner, winner.env and launch.sh. Free. Returns the files, the winner, its Primus env exports and "
-        "the launch command."
+        "winner, launch.sh and the files its command reads (Primus: winner.primus.yaml). Free. Returns the "
+        "files, the winner, the stack and its launch."
     ),
 }

@@ -16,7 +16,7 @@ You are helping me choose the parallel layout of a large training run with the p
    evaluate_memory_only (free), then score the promising ones with evaluate_simulate; watch
    get_budget_status, since every new simulate call spends budget. Record hypotheses and results with
    note_to_scratchpad. Stop when two rounds in a row do not improve the incumbent or the budget is spent.
-4. Call export_best with out_dir "{out_dir}" and show me the winner, its env exports and its launch
+4. Call export_best with out_dir "{out_dir}" and show me the winner, its stack and its launch
    command, and how it compares with the baseline.
 Ask me before anything that spends more than a handful of simulate calls at once."""
 

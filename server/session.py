@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import Fidelity, Ledger, RunInfo, TrialRecord
+from oracle.constraints import pinned
 from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
 from oracle.specs import ClusterSpec, TrialConfig, Workload
@@ -27,15 +29,18 @@ class ActiveRun:
 class Session:
     """One server's state; tools read the active run and write through the ledger."""
 
-    def __init__(self, ledger: Ledger, roots: AllowedRoots):
+    def __init__(self, ledger: Ledger, roots: AllowedRoots,
+                 constrain: Callable[[ClusterSpec], ClusterSpec] = lambda cluster: cluster):
         self.ledger = ledger
         self.roots = roots
+        self._constrain = constrain  # the server command line's --stack/--fix/--allow/--exclude
         self._active: ActiveRun | None = None
 
     def open_run(self, workload_file: Path, cluster_file: Path, *, resume: bool = True) -> ActiveRun:
-        """Load both files and open (or resume) their run; it becomes the active one."""
-        workload = load_workload(workload_file)
-        cluster = load_cluster(cluster_file)
+        """Load both files and open (or resume) their run; it becomes the active one. The cluster's stack
+        and search constraints (its file's, then the server command line's) bind every tool of the run."""
+        cluster = self._constrain(load_cluster(cluster_file))
+        workload = pinned(load_workload(workload_file), cluster)
         run = self.ledger.open_run(workload, cluster, resume=resume)
         self._active = ActiveRun(run, workload, cluster, str(workload_file))
         return self._active

@@ -13,8 +13,9 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
 from ledger import BudgetLine, Fidelity
+from oracle.constraints import rule_violations, search_axes, search_rules
 from oracle.layout import layout_facts
-from oracle.legality import LegalAxes, legal_axes, validate
+from oracle.legality import LegalAxes, validate
 from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
 
 from .session import Session
@@ -75,17 +76,18 @@ def tools(session: Session) -> list[Callable]:
         return evaluation(config, "benchmark", origin)
 
     async def validate_config(config: Config) -> Validation:
-        """Every legality rule the layout breaks (free, not recorded)."""
+        """Every legality rule and search constraint (stack, precision, pinned knobs) the layout breaks
+        (free, not recorded)."""
         a = session.active
         cfg = a.workload.effective(config)
-        violations = validate(a.workload.model, cfg, a.cluster)
+        violations = validate(a.workload.model, cfg, a.cluster) + rule_violations(search_rules(a.workload, a.cluster), cfg)
         return Validation(legal=not violations, violations=violations, config=cfg, config_key=cfg.key,
                           derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
 
     async def get_legal_axes() -> LegalAxes:
-        """Per-knob legal values for the active run's model and cluster."""
+        """Per-knob values the active run may try: legal for its model and cluster, and allowed by the
+        cluster's stack and the search constraints (knobs the stack lacks show only their off value)."""
         a = session.active
-        base = a.workload.effective()
-        return legal_axes(a.workload.model, a.cluster, seq_length=base.seq_length, gbs=base.gbs)
+        return search_axes(a.workload, a.cluster)
 
     return [evaluate_memory_only, evaluate_simulate, evaluate_with_benchmark, validate_config, get_legal_axes]

@@ -12,7 +12,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field
 
 from ledger import BudgetLine, Note, history_lines
-from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, ModelArch, TrainingArgs
+from oracle.specs import (
+    ClusterSpec,
+    EffectiveConfig,
+    EvalResult,
+    ModelArch,
+    TrainingArgs,
+)
+from planner.launch import LaunchPlan
 from planner.runs import configured_llm, how_to_run
 
 from .llm import LLMAnswer, ask
@@ -34,8 +41,8 @@ class Best(BaseModel):
     trial_id: int | None = None
     origin: str | None = None
     result: EvalResult | None = None
-    env_exports: list[str] = Field(default_factory=list)
-    launch_command: str | None = None
+    stack: str | None = None
+    launch: LaunchPlan | None = None
 
 
 class Architecture(BaseModel):
@@ -88,9 +95,8 @@ def tools(session: Session) -> list[Callable]:
         best = session.ledger.best(a.run.id, fidelity)
         if best is None:
             return Best(found=False)
-        env, command = how_to_run(best, a.workload_file)
-        return Best(found=True, trial_id=best.id, origin=best.origin, result=best.result, env_exports=env,
-                    launch_command=command)
+        return Best(found=True, trial_id=best.id, origin=best.origin, result=best.result, stack=a.cluster.stack_text,
+                    launch=how_to_run(best, a.workload, a.cluster, a.workload_file))
 
     async def get_architecture() -> Architecture:
         """The active run's workload."""

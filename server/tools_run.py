@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from ledger import BudgetLine
 from oracle.errors import InputError
 from oracle.specs import Budget, EvalResult
+from planner.launch import LaunchPlan
 from planner.runs import how_to_run, record_sweep, score_seed_plan, write_artifacts
 from planner.seed_plan import seed_plan
 from planner.sweep import sweep as run_sweep
@@ -76,8 +77,8 @@ class Export(BaseModel):
     files: list[str]
     winner: EvalResult | None
     winner_origin: str | None
-    env_exports: list[str]
-    launch_command: str | None
+    stack: str
+    launch: LaunchPlan | None
 
 
 def _relay(ctx: Context, what: str) -> Callable[[int, int], None]:
@@ -153,14 +154,14 @@ def tools(session: Session) -> list[Callable]:
             raise InputError(f"run {a.run.id} has no trials yet: evaluate or run the seed plan first")
         target = session.roots.directory(out_dir, "out_dir")
         best = session.ledger.best(a.run.id)
-        env, command = how_to_run(best, a.workload_file)
+        launch = how_to_run(best, a.workload, a.cluster, a.workload_file, str(target))
         summary = {"run_id": a.run.id, "workload": a.workload.name, "cluster": a.cluster.name, "trials": len(trials),
                    "winner": best.result.model_dump(mode="json") if best else None,
                    "winner_origin": best.origin if best else None,
                    "budget": {f: line.model_dump() for f, line in session.ledger.budget_status(a.run.id).items()},
-                   "env_exports": env, "launch_command": command}
-        files = write_artifacts(target, a.workload, a.cluster, trials, summary, env, command)
+                   "stack": a.cluster.stack_text, "launch": launch.model_dump() if launch else None}
+        files = write_artifacts(target, a.workload, a.cluster, trials, summary, launch)
         return Export(out_dir=str(target), files=files, winner=best.result if best else None,
-                      winner_origin=best.origin if best else None, env_exports=env, launch_command=command)
+                      winner_origin=best.origin if best else None, stack=a.cluster.stack_text, launch=launch)
 
     return [open_run, run_seed_plan, sweep, export_best]

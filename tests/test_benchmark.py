@@ -22,6 +22,7 @@ from oracle.evaluate import evaluate_simulate
 from oracle.memory import NON_GIB_KEYS
 from oracle.performance import simulate
 from oracle.specs import TrialConfig
+from oracle.specs.search import SearchConstraints
 from planner.cli import main as cli_main
 
 from .conftest import EXAMPLES, example
@@ -176,6 +177,7 @@ def test_cpu_smoke_run_flows_into_the_result_and_caches_per_shape(measure_calls)
 @needs_torch
 def test_fp8_is_skipped_on_cpu_with_a_reason():
     workload, cluster = example("llama70b")
+    cluster = cluster.model_copy(update={"search": SearchConstraints(allow={"fp8": ("none", "hybrid")})})
     result = evaluate_with_benchmark(workload, cluster, TrialConfig(fp8="hybrid"), allow_cpu=True, cache=MemoryCache())
     assert "FP8 skipped on CPU" in result.reason and result.breakdown["bench_fp8"] == 0.0
     assert result.config["fp8"] == "hybrid"  # the target layout keeps FP8; only the measurement is BF16

@@ -30,6 +30,7 @@ def inputs(folder: Path, *, budget: int = 40, rounds: int = 2, extras: str = "",
     data["optimization"]["hbm_capacity_gb"] = 141
     data["optimization"]["budget"]["max_rounds"] = rounds
     data["agent"]["prompt_extras"] = extras
+    data["search"] = {"allow": {"fp8": ["none", "hybrid"]}}  # the BF16 workload may try FP8: the user allows it
     cluster.write_text(yaml.safe_dump(data))
     return workload, cluster
 

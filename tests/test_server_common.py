@@ -25,8 +25,9 @@ MI300X_1N = EXAMPLES / "clusters" / "mi300x-1n.yaml"
 
 
 def small_inputs(folder: Path, *, max_perf_calls: int = 40, has_gpu: bool = False,
-                 llm: str | None = None) -> tuple[Path, Path]:
-    """Llama 3 8B (GBS 8, 4k sequence: a small space) and a 2 x MI300X cluster, written under `folder`."""
+                 llm: str | None = None, search: dict | None = None) -> tuple[Path, Path]:
+    """Llama 3 8B (GBS 8, 4k sequence: a small space) and a 2 x MI300X cluster (with `search`, its
+    search block), written under `folder`."""
     workload = yaml.safe_load(LLAMA8B.read_text()) | {"global_batch_size": 8, "seq_length": 4096,
                                                        "micro_batch_size": 1}
     cluster = yaml.safe_load(MI300X_1N.read_text())
@@ -35,6 +36,8 @@ def small_inputs(folder: Path, *, max_perf_calls: int = 40, has_gpu: bool = Fals
     cluster["available_for_benchmark"] = {"has_gpu": has_gpu, "benchmark_gpus": int(has_gpu)}
     cluster["optimization"]["budget"]["max_benchmark_calls"] = 3 if has_gpu else 0
     cluster["agent"] = {"llm": {"model": llm}}
+    if search:
+        cluster["search"] = search
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "workload.yaml").write_text(yaml.safe_dump(workload))
     (folder / "cluster.yaml").write_text(yaml.safe_dump(cluster))

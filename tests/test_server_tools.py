@@ -9,12 +9,19 @@ import types
 
 import anyio
 import pytest
+import yaml
 from mcp.shared.exceptions import MCPError
 
 from oracle.errors import InputError
 from server.paths import AllowedRoots
 
-from .test_server_common import LLAMA8B, MI300X_1N, in_process, portal_client, small_inputs
+from .test_server_common import (
+    LLAMA8B,
+    MI300X_1N,
+    in_process,
+    portal_client,
+    small_inputs,
+)
 
 TOOLS = {"evaluate_memory_only", "evaluate_simulate", "evaluate_with_benchmark", "validate_config", "get_legal_axes",
          "get_history", "get_best", "get_architecture", "get_cluster", "get_budget_status", "note_to_scratchpad",
@@ -124,8 +131,9 @@ def test_history_best_and_run_information(call):
     assert history["total_trials"] == 2 and len(history["lines"]) == 1 and "mbs=2" in history["lines"][0]
     best = ok(call("get_best", fidelity="simulate"))
     assert best["found"] and best["result"]["tokens_per_s_per_gpu"] > 0
-    assert any(line.startswith("export PRIMUS_TP=") for line in best["env_exports"])
-    assert "run_pretrain.sh" in best["launch_command"]
+    assert best["stack"].startswith("primus") and "run_pretrain.sh" in best["launch"]["command"]  # MI300X: Primus
+    overlay = yaml.safe_load(best["launch"]["files"]["winner.primus.yaml"])
+    assert overlay["modules"]["pre_trainer"]["overrides"]["micro_batch_size"] == best["result"]["config"]["mbs"]
     arch = ok(call("get_architecture"))
     assert arch["model"]["num_layers"] == 32 and arch["baseline"]["gbs"] == 8 and arch["is_moe"] is False
     cluster = ok(call("get_cluster"))
@@ -239,10 +247,11 @@ def test_export_best_writes_artifacts_under_the_roots(call, tmp_path):
     ok(call("run_seed_plan", budget=3))
     out = ok(call("export_best", out_dir="out"))
     assert out["out_dir"] == str(tmp_path / "out") and out["winner"]["fits"]
-    for name in ("trials.jsonl", "summary.json", "trials.png", "winner.env", "launch.sh"):
+    for name in ("trials.jsonl", "summary.json", "trials.png", "launch.sh", "winner.primus.yaml"):
         assert (tmp_path / "out" / name).is_file(), name
     assert list((tmp_path / "out" / "trials").glob("*.yaml"))
-    assert json.loads((tmp_path / "out" / "summary.json").read_text())["launch_command"] == out["launch_command"]
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["launch"] == out["launch"]
+    assert f"EXP={tmp_path / 'out'}/winner.primus.yaml" in (tmp_path / "out" / "launch.sh").read_text()
     assert "outside the allowed roots" in error(call("export_best", out_dir="/tmp/elsewhere"))
     assert "'..' is not allowed" in error(call("export_best", out_dir="out/../../x"))
     assert "exists and is not a directory" in error(call("export_best", out_dir="out/summary.json"))

@@ -29,7 +29,7 @@ def args(name: str, out: Path, *extra: str) -> list[str]:
 def test_seed_only_writes_every_artifact(tmp_path):
     proc = subprocess.run(args("mixtral", tmp_path, "--seed-only"), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for name in ("ledger.sqlite", "trials.jsonl", "summary.json", "trials.png", "winner.env", "launch.sh"):
+    for name in ("ledger.sqlite", "trials.jsonl", "summary.json", "trials.png", "launch.sh", "winner.primus.yaml"):
         assert (tmp_path / name).is_file(), name
     summary = json.loads((tmp_path / "summary.json").read_text())
     lines = (tmp_path / "trials.jsonl").read_text().splitlines()
@@ -37,7 +37,8 @@ def test_seed_only_writes_every_artifact(tmp_path):
     assert summary["winner"]["tokens_per_s_per_gpu"] == max(
         json.loads(x)["result"]["tokens_per_s_per_gpu"] or 0 for x in lines
         if json.loads(x)["result"]["legal"] and json.loads(x)["result"]["fits"])
-    assert "PRIMUS_TP=" in proc.stdout and "bash examples/run_pretrain.sh" in proc.stdout
+    assert "stack: primus (default for AMD GPUs" in proc.stdout and "bash examples/run_pretrain.sh" in proc.stdout
+    assert "PRIMUS_TP=" not in proc.stdout  # Primus's run_pretrain.sh reads no layout variables
     assert "LLM phase skipped" in proc.stderr
     with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
         # the perf budget goes to candidates that fit; the others stop at the free memory check

@@ -31,8 +31,8 @@ def project_layer(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, 
     """Analytic compute time and stored activations of one dense or MoE layer on one rank."""
     a = arch_of(model)
     facts = layout_facts(model, cfg, cluster.world_size)
-    ctx = _ctx(a, cfg, cluster, constants(cluster.gpu), facts.dp_or_1)
-    work = transformer_layer(ctx, moe, sum(layer_params(a, ctx.tp, ctx.ep, ctx.etp, moe)))
+    ctx = _ctx(a, cfg, cluster, constants(cluster.gpu), facts.dp_or_1, facts.edp_or_1)
+    work = transformer_layer(ctx, moe, layer_params(a, ctx.tp, ctx.ep, ctx.etp, moe))
     acts = layer_acts(geometry(model), cfg.tp, facts.sp, cfg.use_flash_attn, (), cfg.seq_length, cfg.etp,
                       cfg.fp8 is not None)
     tokens = facts.tokens

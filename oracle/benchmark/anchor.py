@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..evaluate import evaluate_config
-from ..legality import validate
 from ..memory.constants import ALLOCATOR_FRAGMENTATION
 from ..performance import simulate
 from ..specs import (
@@ -131,10 +130,10 @@ def evaluate_with_benchmark(workload: Workload, cluster: ClusterSpec,
     GPU can be used (`allow_cpu`: a CPU smoke run on tiny shapes instead). `cache` (get/put) defaults to
     one per process; `progress(done, total, message)` follows the layers."""
     cfg = trial_or_cfg if isinstance(trial_or_cfg, EffectiveConfig) else workload.effective(trial_or_cfg)
-    if validate(workload.model, cfg, cluster):
-        return evaluate_config(workload, cluster, cfg, performance=True).model_copy(update={"source": "benchmark"})
-    device = benchmark_device(cluster, allow_cpu)
     base = evaluate_config(workload, cluster, cfg, performance=True)
+    if not base.legal:
+        return base.model_copy(update={"source": "benchmark"})
+    device = benchmark_device(cluster, allow_cpu)
     cache = PROCESS_CACHE if cache is None else cache
     label = device_label(device)
     model_m, cfg_m, notes = measured_layout(workload.model, cfg, device)

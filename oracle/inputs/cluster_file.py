@@ -10,6 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 from ..catalog import gpu, gpu_card
 from ..errors import InputError
 from ..specs import Budget, ClusterSpec, GPUSpec
+from ..specs.search import SearchConstraints
+from ..stacks import Stack
 from .yaml_io import build, read_mapping
 
 
@@ -20,6 +22,8 @@ class _TargetCluster(BaseModel):
     gpus_per_node: PositiveInt | None = None
     gpu_arch: str
     allow_cross_node_tp: bool = False
+    stack: Stack | None = None  # the software stack; None: the GPU vendor's (oracle.stacks.DEFAULT_STACK)
+    stack_version: str | None = None
 
 
 class _Optimization(BaseModel):
@@ -54,6 +58,7 @@ class _ClusterFile(BaseModel):
     optimization: _Optimization = _Optimization()
     available_for_benchmark: _Benchmark = _Benchmark()
     agent: _Agent = _Agent()
+    search: SearchConstraints = SearchConstraints()
 
 
 def _gpu_with_overrides(arch: str, overrides: dict[str, Any], file: str) -> GPUSpec:
@@ -85,4 +90,7 @@ def load_cluster(path: str | Path) -> ClusterSpec:
         benchmark_gpus=raw.available_for_benchmark.benchmark_gpus,
         llm_model=raw.agent.llm.model,
         prompt_extras="\n".join(extras) if isinstance(extras, list) else extras,
+        stack=tc.stack,
+        stack_version=tc.stack_version,
+        search=raw.search,
     )

@@ -1,11 +1,12 @@
 """`iteration_bound`: a lower bound on `simulate`'s iteration time of a layout under every recompute
-mode and, optionally, every legal setting of its other feature knobs (FP8, MoE backend and sync-free
-stages, DP sharding), so a search can skip whole layouts, or points, whose bound already loses.
+mode and, optionally, every legal setting of its other feature knobs (FP8, MoE dispatcher, TP and EP
+communication overlap, DP sharding), so a search can skip whole layouts, or points, whose bound
+already loses.
 
 It takes simulate's own steps on the fastest version of each piece, and no step can raise it:
 - Blocks: recompute only adds backward work: it is left out. Over the other knobs, FSDP only adds its
-  traffic and sync-free stages only take time away (layers.py): they are set off and all on; FP8 and
-  DeepEP can go either way: each block's F, B and W is the least over both settings of each. Stage
+  traffic (layers.py): it is set off; FP8, the dispatcher (allgather, all-to-all, DeepEP) and the two
+  overlaps can go either way: each block's F, B and W is the least over every setting of each. Stage
   times are sums of these.
 - Pipeline ends: up to 3p micro-batches (p = PP) they come from the exact timeline (an op starts when
   its rank is free and its dependency has arrived), which cannot end earlier when an op gets longer.
@@ -24,7 +25,6 @@ from functools import lru_cache
 from itertools import product
 
 from ..layout import layout_facts
-from ..legality import MAX_SYNC_FREE_STAGE
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .arch import arch_of
 from .calibration import Constants, constants
@@ -52,14 +52,13 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
                     *, any_knobs: bool = True) -> float:
     """A lower bound on `simulate(model, c, cluster, consts).iteration_ms` for every legal `c` that differs
     from `cfg` only in recompute or, with `any_knobs`, in any feature knob (also FP8, MoE backend,
-    sync-free stages and DP sharding)."""
+    dispatcher, communication overlaps and DP sharding)."""
     world = cluster.world_size
     facts = layout_facts(model, cfg, world)
     pl = _Pipeline.of(facts, cfg)
-    if any_knobs:  # FSDP off, every sync-free stage on; FP8 and DeepEP off here, both tried in `_fastest_blocks`
-        cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "fp8": None, "use_turbo_deepep": False,
-                                     "sync_free_stage": MAX_SYNC_FREE_STAGE if model.is_moe and cfg.ep > 1 else 0})
-    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp)
+    if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
+        cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "use_megatron_fsdp": False})
+    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp, pl.edp)
     blocks = (_fastest_blocks if any_knobs else _layout_blocks)(model, ctx, pl.p > 1)
     chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, facts.split, False, None)
     f, b, w = _stage_times(chunks, blocks, ())
@@ -71,11 +70,15 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
 
 @lru_cache(maxsize=4096)
 def _fastest_blocks(model: ModelArch, ctx: Ctx, piped: bool) -> tuple[_Block, ...]:
-    """Per block, the least F, B and W over FP8 and DeepEP on and off (where legal) in context `ctx`."""
+    """Per block, the least F, B and W over FP8, the dispatcher (allgather, all-to-all, DeepEP) and the
+    TP and EP overlaps on and off (where they apply) in context `ctx`."""
     fp8s = (False, True) if ctx.gpu.has_fp8 else (False,)
-    deepeps = (False, True) if ctx.ep > 1 else (False,)
-    variants = [_layout_blocks(model, replace(ctx, fp8=fp8, deepep=deepep), piped)
-                for fp8, deepep in product(fp8s, deepeps)]
+    dispatch = ((False, True), (False, False), (True, False)) if ctx.ep > 1 else ((ctx.deepep, ctx.allgather),)
+    tp_overlaps = (False, True) if ctx.tp > 1 else (False,)
+    ep_overlaps = (False, True) if ctx.ep > 1 else (False,)
+    variants = [_layout_blocks(model, replace(ctx, fp8=fp8, deepep=deepep, allgather=allgather, tp_overlap=tpo,
+                                              ep_overlap=epo), piped)
+                for fp8, (deepep, allgather), tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
     return tuple(_fastest(versions) for versions in zip(*variants))
 
 

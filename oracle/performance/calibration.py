@@ -27,10 +27,10 @@ class Constants:
     fp8_gemm_eff: float  # fraction of the FP8 dense peak a large full-wave FP8 GEMM reaches
     origami_eff: float  # fraction of Origami's predicted GEMM speed reached in training (AMD only)
     attn_eff: float  # fraction of the BF16 peak flash attention reaches
-    tp_exposed: float  # fraction of TP/SP collective time not hidden behind GEMMs
+    tp_exposed: float  # fraction of TP/SP collective time not hidden behind GEMMs (without tp_comm_overlap)
     layer_overhead_us: float  # launches, syncs and small kernels per layer per forward (backward: 2x)
     # fitted across families (on the MoE rows)
-    moe_overhead_us: float  # host syncs and small kernels per MoE layer per pass; sync-free stages remove it
+    moe_overhead_us: float  # host syncs and small kernels per MoE layer per pass
     # priors (physical, not fitted)
     gemm_model: str  # "auto": Origami where installed and it knows the GPU, else the roofline; "roofline"
     hbm_eff: float  # fraction of HBM bandwidth memory-bound kernels reach
@@ -41,9 +41,8 @@ class Constants:
     deepep_eff: float  # fraction of NIC bandwidth DeepEP's RDMA path reaches (NCCL a2a: link_eff)
     gemm_latency_us: float  # fixed cost of one GEMM kernel
     gemm_k_overhead: float  # per-tile prologue/epilogue, in K steps (small-K GEMMs run below peak)
-    sync_free_overlap: float  # fraction of EP dispatch/combine hidden per sync-free stage (1..3)
     grad_bucket_params: float  # parameters per gradient bucket (Megatron DDP default 40M)
-    overlap_cost: float  # compute lost per ms of DP/FSDP traffic hidden behind it (SMs/CUs and HBM it takes)
+    overlap_cost: float  # compute lost per ms of DP/FSDP/TP/EP traffic hidden behind it (SMs/CUs and HBM it takes)
 
 
 @cache

@@ -30,8 +30,10 @@ class Ctx:
     ce_fusion: bool
     deepep: bool  # DeepEP dispatch: Primus's turbo DeepEP or Megatron's flex dispatcher (DeepEP / HybridEP)
     allgather: bool  # Megatron's allgather token dispatcher
-    sync_free: int
-    fsdp: int  # FSDP group size (the DP·CP ranks sharing the parameters, stride TP); 0 without FSDP
+    tp_overlap: bool  # tp_comm_overlap: TP collectives pipelined with their GEMMs (TE userbuffers)
+    ep_overlap: bool  # overlap_moe_expert_parallel_comm: EP dispatch/combine behind another micro-batch
+    fsdp: int  # FSDP group of the dense weights (the DP·CP ranks sharing them, stride TP); 0 without FSDP
+    fsdp_expert: int  # FSDP group of the expert weights (expert-DP, stride ETP·EP); 0 without FSDP
     grad_bytes: int  # bytes per gradient element reduced over DP: 4 (fp32) or 2 (bf16)
     gpu: GPUSpec
     gpus_per_node: int

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from .calibration import Constants
 from .context import E_BYTES, HALF, Ctx
 from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
 
@@ -38,15 +39,35 @@ def _grouped(ctx: Ctx, w: Builder, m: float, n: float, k: float, groups: int, dt
         w.add(ELEM, 3.0 * groups * (m * k + k * n) / ctx.hbm, groups * (3.0 * m * n + m * k) / ctx.hbm)
 
 
-def _tp_one(ctx: Ctx) -> float:
-    """Exposed ms of one TP all-gather (or reduce-scatter) of the rank's activations; 0 without TP."""
+def _tp_raw(ctx: Ctx) -> float:
+    """ms of one TP all-gather (or reduce-scatter) of the rank's activations; 0 without TP."""
     if ctx.tp == 1:
         return 0.0
-    return ctx.net.reduce_scatter(ctx.tokens * ctx.arch.h * E_BYTES, ctx.tp, 1) * ctx.c.tp_exposed
+    return ctx.net.reduce_scatter(ctx.tokens * ctx.arch.h * E_BYTES, ctx.tp, 1)
 
 
-def _tp_collectives(ctx: Ctx, w: Builder, regions: int) -> None:
-    """`regions` TP regions, each AG + RS per pass under SP (one all-reduce, same bytes, without)."""
+def _tp_one(ctx: Ctx) -> float:
+    """Exposed ms of one TP collective outside userbuffer overlap: `tp_exposed` of it (fitted)."""
+    return _tp_raw(ctx) * ctx.c.tp_exposed
+
+
+def _hidden_behind(comm: float, busy: float, c: Constants) -> float:
+    """Exposed ms of `comm` overlapped with `busy` ms of compute on other SMs/CUs: what the compute
+    cannot cover, plus `overlap_cost` of the covered part (the SMs and HBM the transfer takes)."""
+    return max(0.0, comm - busy) + c.overlap_cost * min(comm, busy)
+
+
+def _tp_collectives(ctx: Ctx, w: Builder, regions: int, gemm: tuple[float, float]) -> None:
+    """`regions` TP regions, each AG + RS per pass under SP (one all-reduce, same bytes, without).
+
+    With tp_comm_overlap, Transformer Engine's userbuffers split each collective into TP chunks and
+    pipeline them with the GEMM they feed or drain (TE `module/base.py` `initialize_ub`, ring-exchange
+    and pipelined overlap), so the collectives of a pass hide behind that pass's TP-region GEMMs
+    (`gemm`: forward, backward ms); otherwise `tp_exposed` of them is exposed."""
+    if ctx.tp_overlap:
+        raw = 2 * regions * _tp_raw(ctx)
+        w.add(TP, _hidden_behind(raw, gemm[0], ctx.c), _hidden_behind(raw, gemm[1], ctx.c))
+        return
     t = 2 * regions * _tp_one(ctx)
     w.add(TP, t, t)
 
@@ -154,16 +175,15 @@ def _experts(ctx: Ctx, w: Builder) -> None:
     if ctx.etp > 1:
         t = 2 * ctx.net.reduce_scatter(rows * a.h * E_BYTES, ctx.etp, 1) * ctx.c.tp_exposed
         w.add(TP, t, t)
-    exposed = max(0.0, 1.0 - ctx.sync_free * ctx.c.sync_free_overlap)
     if ctx.deepep:
         one = ctx.net.deepep(Tm * a.h * E_BYTES, a.topk, ctx.ep, ctx.etp)
     elif ctx.allgather:  # every rank gathers all EP ranks' tokens, combine reduce-scatters them back
         one = ctx.net.reduce_scatter(Tm * a.h * E_BYTES * ctx.ep, ctx.ep, ctx.etp)
     else:
         one = ctx.net.all_to_all(Tm * a.topk * a.h * E_BYTES, ctx.ep, ctx.etp)
-    a2a = 2 * one * exposed  # dispatch + combine
+    a2a = 2 * one  # dispatch + combine
     w.add(EP, a2a, a2a)
-    sync = ctx.c.moe_overhead_us * 1e-3 * max(0.0, 1.0 - ctx.sync_free / 3)
+    sync = ctx.c.moe_overhead_us * 1e-3
     w.add(OVH, sync, sync)
     w.tag("moe", w.forward_ms() - start)  # recomputing the MoE layer re-runs routing and dispatch
 
@@ -174,40 +194,59 @@ def _overhead(ctx: Ctx, w: Builder) -> None:
     w.add(OVH, o, 2 * o)
 
 
-def _fsdp(ctx: Ctx, w: Builder, params: float) -> None:
-    """FSDP: gather the layer's BF16 weights before forward and backward, reduce-scatter its grads;
-    prefetch hides each behind the layer's own compute, at `overlap_cost` of the hidden time."""
-    if ctx.fsdp <= 1:
+def _fsdp(ctx: Ctx, w: Builder, params: tuple[float, float]) -> None:
+    """FSDP: gather the layer's BF16 weights before forward and backward, reduce-scatter its grads,
+    each over the group that shards it: dense weights over DP·CP (ranks TP apart), expert weights over
+    expert-DP (ranks ETP·EP apart; megatron-core parallel_state.py expert grid), so a spanning group's
+    inter-node bytes are its own. Prefetch hides each behind the layer's compute (`_hidden_behind`)."""
+    if ctx.fsdp <= 1 and ctx.fsdp_expert <= 1:
         return
-    gather = ctx.net.all_gather(params * 2, ctx.fsdp, ctx.tp)
-    scatter = ctx.net.reduce_scatter(params * ctx.grad_bytes, ctx.fsdp, ctx.tp)
+    dense, expert = params
+    net, g = ctx.net, ctx.grad_bytes
+    gather = net.all_gather(dense * 2, ctx.fsdp, ctx.tp) + net.all_gather(expert * 2, ctx.fsdp_expert, ctx.etp * ctx.ep)
+    scatter = (net.reduce_scatter(dense * g, ctx.fsdp, ctx.tp)
+               + net.reduce_scatter(expert * g, ctx.fsdp_expert, ctx.etp * ctx.ep))
     busy_f, busy_b = sum(w.f), sum(w.b) + sum(w.w)
+    w.add(FSDP, _hidden_behind(gather, busy_f, ctx.c), _hidden_behind(gather + scatter, busy_b, ctx.c))
 
-    def exposed(comm: float, busy: float) -> float:
-        return max(0.0, comm - busy) + ctx.c.overlap_cost * min(comm, busy)
 
-    w.add(FSDP, exposed(gather, busy_f), exposed(gather + scatter, busy_b))
+def _ep_overlap(ctx: Ctx, w: Builder) -> None:
+    """overlap_moe_expert_parallel_comm: Megatron's combined 1F1B runs one micro-batch's forward beside
+    another's backward, layer by layer, so the forward's dispatch/combine hides behind the backward's
+    compute and the backward's behind the forward's (megatron-core pipeline_parallel/combined_1f1b.py,
+    models/common/model_chunk_schedule_plan.py). Not modelled: warm-up and cool-down micro-batches,
+    which have no partner, are counted as overlapped too."""
+    comm_f, comm_b = w.f[EP], w.b[EP]
+    busy_f = sum(w.f) - comm_f
+    busy_b = sum(w.b) + sum(w.w) - comm_b
+    w.f[EP] = _hidden_behind(comm_f, busy_b, ctx.c)
+    w.b[EP] = _hidden_behind(comm_b, busy_f, ctx.c)
 
 
 @lru_cache(maxsize=8192)
-def transformer_layer(ctx: Ctx, moe: bool, params: float) -> Work:
-    """One dense or MoE transformer layer (`params`: its weights on this rank, for FSDP)."""
+def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
+    """One dense or MoE transformer layer (`params`: its (dense, expert) weights on this rank, for FSDP)."""
     w = Builder()
     _attention(ctx, w)
+    gemm = w.gemm()  # the TP regions' GEMMs: attention, then the dense MLP or the shared experts
     _norms_residuals(ctx, w)
     if moe:
         _experts(ctx, w)
         if ctx.arch.shared_ffn:
-            start = w.forward_ms()
+            start, before = w.forward_ms(), w.gemm()
             _mlp(ctx, w, ctx.arch.shared_ffn)
+            gemm = tuple(a + b - c for a, b, c in zip(gemm, w.gemm(), before))
             w.tag("shared_experts", w.forward_ms() - start)
             w.tag("moe", w.forward_ms() - start)
-        _tp_collectives(ctx, w, 1 + (1 if ctx.arch.shared_ffn else 0))
+        _tp_collectives(ctx, w, 1 + (1 if ctx.arch.shared_ffn else 0), gemm)
+        if ctx.ep_overlap:
+            _ep_overlap(ctx, w)
     else:
-        start = w.forward_ms()
+        start, before = w.forward_ms(), w.gemm()
         _mlp(ctx, w, ctx.arch.ffn)
+        gemm = tuple(a + b - c for a, b, c in zip(gemm, w.gemm(), before))
         w.tag("mlp", w.forward_ms() - start)
-        _tp_collectives(ctx, w, 2)
+        _tp_collectives(ctx, w, 2, gemm)
     _overhead(ctx, w)
     _fsdp(ctx, w, params)
     return w.build()
@@ -248,7 +287,7 @@ def output_head(ctx: Ctx) -> Work:
 
 
 @lru_cache(maxsize=4096)
-def mtp_module(ctx: Ctx, moe: bool, params: float) -> Work:
+def mtp_module(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     """One multi-token-prediction module: embedding, two norms, the 2h->h projection, one
     transformer layer and its own output head (DeepSeek-V3 §2.2)."""
     a = ctx.arch

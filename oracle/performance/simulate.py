@@ -72,15 +72,17 @@ def shards_weights(cfg: EffectiveConfig) -> bool:
     return cfg.use_torch_fsdp2 or (cfg.use_megatron_fsdp and cfg.data_parallel_sharding_strategy == "optim_grads_params")
 
 
-def _ctx(a: Arch, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, dp: int) -> Ctx:
+def _ctx(a: Arch, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, dp: int, edp: int) -> Ctx:
     """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute)."""
+    sharded = shards_weights(cfg)
     return Ctx(
         arch=a, mbs=cfg.mbs, seq=cfg.seq_length, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep if a.experts else 1,
         etp=cfg.etp if a.experts else 1, sp=cfg.sequence_parallel and cfg.tp > 1, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
         deepep=cfg.use_turbo_deepep or cfg.moe_token_dispatcher_type == "flex",
-        allgather=cfg.moe_token_dispatcher_type == "allgather", sync_free=cfg.sync_free_stage,
-        fsdp=dp * cfg.cp if shards_weights(cfg) else 0, grad_bytes=grad_bytes(cfg), gpu=cluster.gpu,
+        allgather=cfg.moe_token_dispatcher_type == "allgather" and not cfg.use_turbo_deepep,
+        tp_overlap=cfg.tp_comm_overlap and cfg.tp > 1, ep_overlap=cfg.overlap_moe_expert_parallel_comm and cfg.ep > 1,
+        fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg), gpu=cluster.gpu,
         gpus_per_node=cluster.gpus_per_node, c=c,
     )
 
@@ -111,13 +113,13 @@ def _blocks(ctx: Ctx, mtp: int, last_moe: bool, output_copy: bool) -> tuple[_Blo
     a = ctx.arch
     dense_p = layer_params(a, ctx.tp, ctx.ep, ctx.etp, False)
     moe_p = layer_params(a, ctx.tp, ctx.ep, ctx.etp, True) if a.experts else dense_p
-    dense = _Block.of(transformer_layer(ctx, False, sum(dense_p)), dense_p)
-    moe = _Block.of(transformer_layer(ctx, True, sum(moe_p)), moe_p) if a.experts else dense
+    dense = _Block.of(transformer_layer(ctx, False, dense_p), dense_p)
+    moe = _Block.of(transformer_layer(ctx, True, moe_p), moe_p) if a.experts else dense
     vocab = vocab_params(a, ctx.tp)
     head, head_p = output_head(ctx), (vocab if output_copy else 0.0, 0.0)
     if mtp:
         body_p = moe_p if last_moe else dense_p
-        head = head + mtp_module(ctx, last_moe, sum(body_p)).scaled(mtp)
+        head = head + mtp_module(ctx, last_moe, body_p).scaled(mtp)
         head_p = (head_p[0] + mtp * (body_p[0] + 2 * a.h * a.h / ctx.tp), mtp * body_p[1])
     return dense, moe, _Block.of(embedding(ctx), (vocab, 0.0)), _Block.of(head, head_p)
 
@@ -261,7 +263,7 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
     world = cluster.world_size
     facts = layout_facts(model, cfg, world)
     pl = _Pipeline.of(facts, cfg)
-    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp)
+    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp, pl.edp)
     full = cfg.recompute_granularity == "full"
     block = cfg.recompute_num_layers if full and cfg.recompute_method == "block" else None
     chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, facts.split, full, block)

@@ -49,6 +49,10 @@ class Builder:
         self.b[comp] += b
         self.w[comp] += w
 
+    def gemm(self) -> tuple[float, float]:
+        """(forward, backward) GEMM ms accumulated so far."""
+        return self.f[GEMM], self.b[GEMM] + self.w[GEMM]
+
     def forward_ms(self) -> float:
         """The forward time accumulated so far (to tag what a module added)."""
         return sum(self.f)

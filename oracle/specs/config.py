@@ -6,12 +6,20 @@ import hashlib
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+)
 
 from ..identity_cache import by_identity
 from ..pipeline_split import SplitError, parse_layout
 from .normalize import none_like, parse_modules
 from .training import (
+    CudaGraphImpl,
     Dispatcher,
     FlexBackend,
     Fp8Recipe,
@@ -58,6 +66,9 @@ KNOB_TO_ARG: dict[str, str] = {
     "optimizer_cpu_offload": "optimizer_cpu_offload",
     "moe_token_dispatcher_type": "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
+    "tp_comm_overlap": "tp_comm_overlap",
+    "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
+    "cuda_graph_impl": "cuda_graph_impl",
 }
 # The knobs that together are the pipeline split: a trial that sets one of them replaces the whole
 # split (the ones it leaves out take Megatron's defaults), since Megatron refuses mixed mechanisms.
@@ -102,6 +113,9 @@ class TrialConfig(BaseModel):
     optimizer_cpu_offload: bool | None = None
     moe_token_dispatcher_type: Dispatcher | None = None
     moe_flex_dispatcher_backend: FlexBackend | None = None
+    tp_comm_overlap: bool | None = None
+    overlap_moe_expert_parallel_comm: bool | None = None
+    cuda_graph_impl: CudaGraphImpl | None = None
 
     @field_validator("recompute_granularity", "fp8", "pp_layout", mode="before")
     @classmethod
@@ -156,6 +170,9 @@ class EffectiveConfig(BaseModel):
     optimizer_cpu_offload: bool
     moe_token_dispatcher_type: Dispatcher
     moe_flex_dispatcher_backend: FlexBackend
+    tp_comm_overlap: bool
+    overlap_moe_expert_parallel_comm: bool
+    cuda_graph_impl: CudaGraphImpl
     # not knobs: the workload's own values
     sequence_parallel: bool
     use_flash_attn: bool
@@ -230,6 +247,10 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
     vpp = fields["vpp"] = fields["vpp"] or 1
     schedule = fields["pp_schedule"] or "1f1b"
     fields["pp_schedule"] = "interleaved" if schedule == "1f1b" and vpp > 1 else schedule
+    if fields["sync_free_stage"] >= 2:
+        fields["use_turbo_deepep"] = True  # Primus sets it for stages 2-3 (rocm_arg_validation.py)
+    if fields["use_turbo_deepep"]:
+        fields["moe_token_dispatcher_type"] = "flex"  # Primus-Turbo DeepEP runs as the flex dispatcher
     if is_moe:
         fields["etp"] = fields["etp"] or tp
     else:

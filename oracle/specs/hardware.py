@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveFloat, PositiveInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+from ..stacks import Stack, default_stack
+from .search import SearchConstraints
 
 Vendor = Literal["nvidia", "amd"]
 
@@ -64,6 +75,24 @@ class ClusterSpec(BaseModel):
     benchmark_gpus: NonNegativeInt = 0
     llm_model: str | None = None
     prompt_extras: str = ""
+    stack: Stack | None = None  # the software stack the cluster runs; None in a file: the vendor's default
+    stack_version: str | None = None
+    stack_is_default: bool = False  # whether `stack` came from the GPU vendor, not the file
+    search: SearchConstraints = SearchConstraints()
+
+    @model_validator(mode="after")
+    def _stack(self) -> "ClusterSpec":
+        if self.stack is None:  # frozen: filled once, at validation
+            object.__setattr__(self, "stack", default_stack(self.gpu.vendor))
+            object.__setattr__(self, "stack_is_default", True)
+        return self
+
+    @property
+    def stack_text(self) -> str:
+        """The stack as the output states it, saying where it came from."""
+        version = f" {self.stack_version}" if self.stack_version else ""
+        why = f" (default for {self.gpu.vendor.upper()} GPUs; set target_cluster.stack)" if self.stack_is_default else ""
+        return f"{self.stack}{version}{why}"
 
     @property
     def world_size(self) -> int:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    field_validator,
+)
 
 from .normalize import none_like, parse_modules
 
@@ -19,6 +26,8 @@ FlexBackend = Literal["deepep", "hybridep"]
 # Optimizer-state dtypes of the precision-aware optimizer (megatron-core optimizer_config.py).
 StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
+# CUDA-graph capture (megatron-core 0.16.1 transformer_config.py `cuda_graph_impl`).
+CudaGraphImpl = Literal["none", "local", "transformer_engine"]
 
 
 class TrainingArgs(BaseModel):
@@ -76,6 +85,10 @@ class TrainingArgs(BaseModel):
     moe_token_dispatcher_type: Dispatcher = "allgather"
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
     moe_grouped_gemm: bool = False
+    # NVIDIA-side overlaps and CUDA graphs (Megatron-LM arguments.py defaults: all off)
+    tp_comm_overlap: bool = False
+    overlap_moe_expert_parallel_comm: bool = False
+    cuda_graph_impl: CudaGraphImpl = "none"
 
     @field_validator("recompute_granularity", "fp8", "recompute_method", "pp_schedule",
                      "pipeline_model_parallel_layout", mode="before")
@@ -87,3 +100,8 @@ class TrainingArgs(BaseModel):
     @classmethod
     def _modules(cls, v: object) -> object:
         return parse_modules(v)
+
+    @field_validator("cuda_graph_impl", mode="before")
+    @classmethod
+    def _graphs_off(cls, v: object) -> object:
+        return "none" if none_like(v) is None else v

@@ -6,10 +6,12 @@ import argparse
 import sys
 
 from oracle.benchmark import BenchmarkUnavailable, evaluate_with_benchmark
+from oracle.constraints import pinned
 from oracle.evaluate import evaluate_memory_only, evaluate_simulate
 from oracle.inputs import load_cluster, load_workload
 
 from .render import print_result
+from .search_args import add_search_arguments, with_search_args
 from .trial_args import trial_from_args
 
 
@@ -25,6 +27,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         p.add_argument("--config", help="TrialConfig knobs as inline JSON or a JSON/YAML file")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="one TrialConfig knob (repeatable)")
         p.add_argument("--json", action="store_true", help="print exactly one EvalResult JSON object")
+        add_search_arguments(p)
         if kind == "benchmark":
             p.add_argument("--allow-cpu", action="store_true",
                            help="without a GPU, a CPU smoke run on tiny shapes (times not meaningful)")
@@ -36,8 +39,8 @@ def _progress(done: int, total: int, message: str) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    workload = load_workload(args.workload)
-    cluster = load_cluster(args.target_cluster)
+    cluster = with_search_args(load_cluster(args.target_cluster), args)
+    workload = pinned(load_workload(args.workload), cluster)
     trial = trial_from_args(args.config, args.set)
     if args.kind == "benchmark":
         try:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from oracle.errors import InputError
 
+from .search_args import add_search_arguments, constraints_from_args, with_search_args
+
 
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("serve", help="MCP server: the oracle as a tool belt over stdio or streamable HTTP")
@@ -23,6 +25,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
                    help="HTTP bearer token (default: env PARATUNE_MCP_TOKEN); required off loopback")
     p.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
                    help="stderr log level (default: %(default)s)")
+    add_search_arguments(p)
     p.set_defaults(handler=_run)
 
 
@@ -33,15 +36,18 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError("give both --workload and --target-cluster, or neither (then open_run creates a run)")
     if args.transport == "http":
         check_bind(args.host, args.token)
-    from ledger import Ledger  # the server's imports (the MCP SDK) load only once the arguments are sound
+    from ledger import (
+        Ledger,  # the server's imports (the MCP SDK) load only once the arguments are sound
+    )
     from server.app import build_server
     from server.paths import AllowedRoots
     from server.session import Session
     from server.transport import serve_http, serve_stdio
 
     roots = AllowedRoots(args.allow_root or [Path.cwd()])
+    constraints_from_args(args)  # bad flags fail here, before the server starts
     with Ledger(args.ledger) as ledger:
-        session = Session(ledger, roots)
+        session = Session(ledger, roots, lambda cluster: with_search_args(cluster, args))
         if args.workload:
             session.open_run(Path(args.workload), Path(args.target_cluster))
         server = build_server(session, log_level=args.log_level)

@@ -9,10 +9,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+from oracle.constraints import pinned
 from oracle.inputs import load_cluster, load_workload
 
 from ..investigator.models import InvestigatorOptions
 from ..tune import TuneOptions, tune
+from .search_args import add_search_arguments, search_argv, with_search_args
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -53,19 +55,21 @@ def register(verbs: argparse._SubParsersAction) -> None:
                      help="stop after this many simulate calls without a better layout (default: %(default)s)")
     llm.add_argument("--allow-local-interpreter", action="store_true",
                      help="let dspy.RLM run LLM-written code UNSANDBOXED on this machine (no Deno needed)")
+    add_search_arguments(p)
     p.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
-    workload = load_workload(args.workload)
-    cluster = load_cluster(args.target_cluster)
+    cluster = with_search_args(load_cluster(args.target_cluster), args)
+    workload = pinned(load_workload(args.workload), cluster)
     investigator = InvestigatorOptions(agent_loop=args.agent_loop, rounds=args.rounds,
                                        calls_per_round=args.calls_per_round, patience=args.patience,
                                        allow_local_interpreter=args.allow_local_interpreter)
     options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
                           resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
-                          profiling_mode=args.profiling_mode, investigator=investigator)
+                          profiling_mode=args.profiling_mode, investigator=investigator,
+                          serve_args=tuple(search_argv(args)))
     with Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task("sweep", total=None)
@@ -82,8 +86,10 @@ def _run(args: argparse.Namespace) -> int:
     if outcome.sweep_best:
         out.print(f"seed best {outcome.seed_best:,.1f} = {outcome.seed_vs_sweep:.1%} of the sweep optimum "
                   f"{outcome.sweep_best:,.1f} over {outcome.space_size:,} legal points")
-    out.print("\n".join(outcome.env_exports), highlight=False)
-    out.print(outcome.launch_command, highlight=False, soft_wrap=True)
+    out.print(f"stack: {outcome.stack}", highlight=False)
+    if outcome.launch:
+        out.print(outcome.launch.command, highlight=False, soft_wrap=True)
+    files = " ".join(outcome.launch.files) if outcome.launch else ""
     out.print(f"artifacts in {args.out_dir}: ledger.sqlite trials.jsonl summary.json scratchpad.txt trials.png "
-              f"trials/ winner.env launch.sh", highlight=False)
+              f"trials/ launch.sh {files}".rstrip(), highlight=False)
     return 0

@@ -54,10 +54,11 @@ def paratune_command() -> str:
     return str(sibling) if sibling.exists() else shutil.which("paratune") or "paratune"
 
 
-def stdio_server(workload: str | Path, cluster: str | Path, ledger: str | Path) -> StdioServerParameters:
-    """`paratune serve` over stdio on `ledger` with this run open; it inherits this process's environment
-    (the LLM variables `query_llm` needs), which the MCP SDK would otherwise filter."""
-    args = ["serve", "--ledger", str(ledger), "--workload", str(workload), "--target-cluster", str(cluster)]
+def stdio_server(workload: str | Path, cluster: str | Path, ledger: str | Path,
+                 extra: tuple[str, ...] = ()) -> StdioServerParameters:
+    """`paratune serve` over stdio on `ledger` with this run open (`extra`: more serve flags); it inherits
+    this process's environment (the LLM variables `query_llm` needs), which the MCP SDK would otherwise filter."""
+    args = ["serve", "--ledger", str(ledger), "--workload", str(workload), "--target-cluster", str(cluster), *extra]
     return StdioServerParameters(command=paratune_command(), args=args, env=dict(os.environ))
 
 

@@ -103,10 +103,11 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
 
 
 @contextmanager
-def serve_run(workload_file: str | Path, cluster_file: str | Path, ledger: Path, run_id: int
-              ) -> Iterator[ServerConnection]:
-    """`paratune serve` over stdio on the run's ledger, checked to have opened run `run_id`."""
-    with ServerConnection(stdio_server(workload_file, cluster_file, ledger)) as server:
+def serve_run(workload_file: str | Path, cluster_file: str | Path, ledger: Path, run_id: int,
+              extra: tuple[str, ...] = ()) -> Iterator[ServerConnection]:
+    """`paratune serve` over stdio on the run's ledger (with the `extra` search flags), checked to have
+    opened run `run_id`."""
+    with ServerConnection(stdio_server(workload_file, cluster_file, ledger, extra)) as server:
         served = server.call("get_budget_status")["run_id"]
         if served != run_id:
             raise ToolCallError(f"the server opened run {served}, not run {run_id}")

@@ -1,0 +1,64 @@
+"""`--stack`, `--fix`, `--allow` and `--exclude`: the user's say over what the search may change.
+
+They sit on top of the cluster YAML's `target_cluster.stack` and `search:` block (a knob named here
+takes this rule instead of the file's)."""
+
+from __future__ import annotations
+
+import argparse
+
+import yaml
+from pydantic import ValidationError
+
+from oracle.errors import InputError
+from oracle.specs import ClusterSpec
+from oracle.specs.search import SearchConstraints
+from oracle.stacks import STACKS
+
+
+def add_search_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("search constraints (on top of the cluster YAML's stack and search: block)")
+    g.add_argument("--stack", choices=STACKS, help="software stack the cluster runs (default: the cluster file's, "
+                                                  "else Primus on AMD, Megatron-LM on NVIDIA)")
+    g.add_argument("--fix", action="append", default=[], metavar="KNOB=VALUE", help="pin a knob (repeatable)")
+    g.add_argument("--allow", action="append", default=[], metavar="KNOB=V1,V2",
+                   help="limit a knob to these values (repeatable); --allow fp8=none,hybrid lets the search try FP8")
+    g.add_argument("--exclude", action="append", default=[], metavar="KNOB",
+                   help="keep a knob at the workload's value (repeatable)")
+
+
+def _pair(text: str, flag: str) -> tuple[str, str]:
+    knob, sep, value = text.partition("=")
+    if not sep or not knob.strip():
+        raise InputError(f"expected KNOB=VALUE, got {text!r}", key=flag)
+    return knob.strip(), value
+
+
+def constraints_from_args(args: argparse.Namespace) -> SearchConstraints:
+    """The constraints the command line states (empty when it states none)."""
+    fix = {k: yaml.safe_load(v) for k, v in (_pair(t, "--fix") for t in args.fix)}
+    allow = {k: tuple(yaml.safe_load(x) for x in v.split(",") if x.strip())
+             for k, v in (_pair(t, "--allow") for t in args.allow)}
+    try:
+        return SearchConstraints(fix=fix, allow=allow, exclude=tuple(args.exclude))
+    except ValidationError as exc:
+        raise InputError(exc.errors()[0]["msg"].removeprefix("Value error, "), key="--fix/--allow/--exclude") from None
+
+
+def with_search_args(cluster: ClusterSpec, args: argparse.Namespace) -> ClusterSpec:
+    """The cluster with the command line's stack and constraints applied."""
+    update: dict = {"search": cluster.search.merged(constraints_from_args(args))}
+    if args.stack:
+        update |= {"stack": args.stack, "stack_is_default": False}
+    return cluster.model_copy(update=update)
+
+
+def search_argv(args: argparse.Namespace) -> list[str]:
+    """The same flags as an argument list (handed on to a `paratune serve` child)."""
+    out = ["--stack", args.stack] if args.stack else []
+    for flag in ("fix", "allow"):
+        for text in getattr(args, flag):
+            out += [f"--{flag}", text]
+    for knob in args.exclude:
+        out += ["--exclude", knob]
+    return out

@@ -1,0 +1,33 @@
+"""How to run the winner on the cluster's stack: the command, and the files it reads.
+
+Primus gets an experiment overlay and its `run_pretrain.sh` line; Megatron-LM a `torchrun
+pretrain_gpt.py` line; Megatron-Bridge the recipe's Hydra overrides. Every knob is written out,
+including those the winner turns off."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from oracle.specs import ClusterSpec, EffectiveConfig, Workload
+
+from . import bridge, megatron_lm, primus
+
+
+class LaunchPlan(BaseModel):
+    """The winner's launch on one stack: its command and the files (name -> text) it needs beside it."""
+
+    stack: str
+    command: str
+    files: dict[str, str] = Field(default_factory=dict)
+
+
+def launch_plan(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec, workload_file: str,
+                out_dir: str = ".") -> LaunchPlan:
+    """The launch of `cfg` on the cluster's stack (file paths in the command are under `out_dir`)."""
+    if cluster.stack == "primus":
+        path = f"{out_dir.rstrip('/')}/{primus.OVERLAY_NAME}"
+        return LaunchPlan(stack="primus", command=primus.command(cluster, path),
+                          files={primus.OVERLAY_NAME: primus.overlay_text(cfg, workload, cluster, workload_file)})
+    if cluster.stack == "megatron-bridge":
+        return LaunchPlan(stack="megatron-bridge", command=bridge.command(cfg, workload, cluster))
+    return LaunchPlan(stack="megatron-lm", command=megatron_lm.command(cfg, workload, cluster))

@@ -1,0 +1,97 @@
+"""Megatron-LM: a `torchrun ... pretrain_gpt.py` line whose flags are `megatron/training/arguments.py`'s
+at core_v0.16.1. Boolean flags there are store_true with no `--no-` form, so a knob that is off is
+left out and named in a comment line after the command."""
+
+from __future__ import annotations
+
+import shlex
+
+from oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, Workload
+from oracle.stacks import KNOB_SPECS
+
+from .settings import knob_values
+
+# ModelArch field -> Megatron-LM flag (arguments.py `_add_network_size_args`, `_add_moe_args`,
+# `_add_mla_args`, `_add_multi_token_prediction_args` at core_v0.16.1).
+MODEL_FLAGS = {
+    "num_layers": "--num-layers", "hidden_size": "--hidden-size", "num_attention_heads": "--num-attention-heads",
+    "ffn_hidden_size": "--ffn-hidden-size", "num_query_groups": "--num-query-groups", "kv_channels": "--kv-channels",
+    "normalization": "--normalization", "num_experts": "--num-experts", "moe_router_topk": "--moe-router-topk",
+    "moe_ffn_hidden_size": "--moe-ffn-hidden-size",
+    "moe_shared_expert_intermediate_size": "--moe-shared-expert-intermediate-size",
+    "moe_layer_freq": "--moe-layer-freq", "q_lora_rank": "--q-lora-rank", "kv_lora_rank": "--kv-lora-rank",
+    "qk_head_dim": "--qk-head-dim", "qk_pos_emb_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
+    "mtp_num_layers": "--mtp-num-layers",
+}
+
+
+def _text(value: object) -> str:
+    if isinstance(value, (tuple, list)):
+        return " ".join(shlex.quote(str(v)) for v in value)
+    return shlex.quote(str(value))
+
+
+def model_flags(model: ModelArch, seq_length: int) -> list[str]:
+    """The architecture as Megatron-LM flags (the ones `pretrain_gpt.py` needs to build the model)."""
+    out = [f"--seq-length {seq_length}", f"--max-position-embeddings {seq_length}"]
+    fields = model.__dict__
+    for name, flag in MODEL_FLAGS.items():
+        value = fields.get(name)
+        if value is None or (name == "mtp_num_layers" and not value) or (
+                name in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+                and not model.multi_latent_attention) or (name == "moe_layer_freq" and not model.is_moe):
+            continue
+        out.append(f"{flag} {_text(value)}")
+    if model.num_query_groups:
+        out.append("--group-query-attention")
+    if model.swiglu:
+        out.append("--swiglu")
+    if model.untie_embeddings_and_output_weights:
+        out.append("--untie-embeddings-and-output-weights")
+    if not model.add_bias_linear:
+        out.append("--disable-bias-linear")
+    if model.multi_latent_attention:
+        out.append("--multi-latent-attention")
+    return out
+
+
+def layout_flags(cfg: EffectiveConfig, workload: Workload, vendor: str) -> tuple[list[str], list[str]]:
+    """(flags that set the winner's knobs, flags of knobs it leaves off)."""
+    on: list[str] = []
+    off: list[str] = []
+    for name, value in knob_values(cfg, workload.model, "megatron-lm", vendor).items():
+        flag = KNOB_SPECS[name].megatron_lm
+        if name == "grad_reduce_in_fp32":  # the CLI's flag is the inverse
+            (off if value else on).append(flag)
+        elif value is True:
+            on.append(flag)
+        elif value is False or value is None:
+            off.append(flag)
+        else:
+            on.append(f"{flag} {_text(value)}")
+    if cfg.sequence_parallel and cfg.tp > 1:
+        on.append("--sequence-parallel")
+    if cfg.use_distributed_optimizer and cfg.overlap_grad_reduce and workload.training.overlap_param_gather:
+        on.append("--overlap-param-gather")  # needs the distributed optimizer and --overlap-grad-reduce
+    if cfg.use_torch_fsdp2:
+        on.append("--no-gradient-accumulation-fusion")  # FSDP2 refuses it (arguments.py)
+    if cfg.optimizer_cpu_offload or cfg.use_precision_aware_optimizer:
+        on.append("--use-precision-aware-optimizer")  # --optimizer-cpu-offload requires it (arguments.py)
+    if cfg.use_flash_attn:
+        on.append("--attention-backend flash")  # --use-flash-attn only reaches legacy models
+    return on, off
+
+
+def command(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) -> str:
+    """The torchrun line (run on every node, from a Megatron-LM checkout; data, tokenizer and optimizer
+    flags go in "$@")."""
+    model = workload.model
+    on, off = layout_flags(cfg, workload, cluster.gpu.vendor)
+    launcher = (f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {cluster.gpus_per_node} "
+                "--node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} --master-port ${MASTER_PORT:-6000}")
+    dtype = "--fp16" if workload.training.fp16 else "--bf16"  # FP8 GEMMs run inside a BF16/FP16 model
+    flags = [*model_flags(model, cfg.seq_length), *on, dtype]
+    lines = [f"{launcher} pretrain_gpt.py \\", *(f"    {f} \\" for f in flags), '    "$@"']
+    if off:
+        lines.append(f"# off (the Megatron-LM default: these flags have no --no- form): {' '.join(off)}")
+    return "\n".join(lines)

@@ -1,0 +1,54 @@
+"""The winner's knobs as one stack spells them: every knob explicit, off included, plus the arguments
+the stack needs beside them (each with the stack's rule that requires it)."""
+
+from __future__ import annotations
+
+from oracle.specs import EffectiveConfig, ModelArch
+from oracle.stacks import KNOB_SPECS, Stack, knob_available
+
+# Knobs whose value a stack reads only together with another's: recompute method / layers under full
+# recompute, modules under selective, the flex backend under flex, the split knobs under PP.
+_SPLIT = ("pp_layout", "pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split")
+_MOE = ("etp", "ep", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
+        "use_turbo_deepep", "sync_free_stage")
+
+
+def knob_values(cfg: EffectiveConfig, model: ModelArch, stack: Stack, vendor: str) -> dict[str, object]:
+    """knob -> value of every registry knob `stack` has on `vendor` GPUs (None: the feature off / unset)."""
+    out: dict[str, object] = {}
+    for name, spec in KNOB_SPECS.items():
+        if spec.arg(stack) is None or not knob_available(name, stack, vendor):
+            continue
+        if name in _MOE and not model.is_moe:
+            continue
+        out[name] = getattr(cfg, name)
+    if cfg.recompute_granularity != "full":
+        out["recompute_method"] = out["recompute_num_layers"] = None
+    if cfg.recompute_granularity != "selective":
+        out["recompute_modules"] = None
+    if cfg.pp_layout:  # the layout string fixes VPP itself; Megatron refuses both (arguments.py)
+        out["vpp"] = None
+    elif out.get("vpp") == 1:
+        out["vpp"] = None
+    return out
+
+
+def primus_extras(cfg: EffectiveConfig) -> dict[str, object]:
+    """Primus keys the winner's Primus-Turbo and schedule knobs need beside them (Primus fd1eeab)."""
+    turbo = cfg.use_turbo_deepep or cfg.sync_free_stage > 0
+    out: dict[str, object] = {
+        # rocm_arg_validation.py: sync-free stages and Turbo DeepEP need Primus-Turbo on
+        "enable_primus_turbo": turbo,
+        # stage 2-3 require PrimusTurboGroupedLinear, which refuses the legacy grouped GEMM
+        "use_turbo_grouped_gemm": cfg.sync_free_stage >= 2,
+        # zero-bubble patches: ZB-H1 = patch_zero_bubble; ZB-V adds the V schedule (zero_bubble.yaml)
+        "patch_zero_bubble": cfg.pp_schedule in ("zb", "zbv"),
+        "zero_bubble_v_schedule": cfg.pp_schedule == "zbv",
+    }
+    if cfg.sync_free_stage >= 2:
+        out["moe_use_legacy_grouped_gemm"] = False
+    if cfg.use_turbo_deepep:  # DeepEP asserts an fp32 router and no shared-expert overlap
+        out |= {"moe_router_dtype": "fp32", "moe_shared_expert_overlap": False}
+    if cfg.use_torch_fsdp2:  # Megatron-LM arguments.py: FSDP2 refuses gradient-accumulation fusion
+        out["gradient_accumulation_fusion"] = False
+    return out
