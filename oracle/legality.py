@@ -4,9 +4,12 @@ The rules are megatron-core 0.16.1's (`oracle.pipeline_split.MEGATRON_CORE_VERSI
 split (`oracle.pipeline_split`), the dense and expert grids (`parallel_state.py`), the interleaved
 schedule's micro-batch groups (`pipeline_parallel/schedules.py`), EP with TP needing sequence
 parallelism (`transformer/moe/moe_layer.py`), the precision-aware optimizer
-(`optimizer/optimizer_config.py`), recompute modules (`transformer/transformer_config.py`), and
-Megatron-LM's `arguments.py` for torch-FSDP2 (PP = 1, EP = 1, no distributed optimizer). Zero-bubble
-and ZBV rules are Primus's (`primus/backends/megatron/patches`), sync-free and DeepEP knobs too.
+(`optimizer/optimizer_config.py`), recompute modules and EP all-to-all overlap
+(`transformer/transformer_config.py`), and Megatron-LM's `arguments.py` for torch-FSDP2 (PP = 1,
+EP = 1, no distributed optimizer) and TP communication overlap (sequence parallelism). Zero-bubble
+and ZBV rules are Primus's (`primus/backends/megatron/patches`), the sync-free, Turbo-DeepEP and
+ROCm flex-dispatcher rules too (`patches/args/rocm_arg_validation.py`, Primus-Turbo's DeepEP
+buffer configs). Which knobs a cluster's stack has is `oracle.stacks`' and `oracle.constraints`'.
 """
 
 from __future__ import annotations
@@ -202,9 +205,14 @@ def _pipeline_rules(c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
 
 
 def _overlap_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
-    """overlap_moe_expert_parallel_comm (megatron-core transformer_config.py `__post_init__`) and
-    tp_comm_overlap (Megatron-LM arguments.py: it needs sequence parallelism; Primus's ROCm port skips
-    FP8 with its default reduce-scatter overlaps, te_patches/tp_overlap_patches.py)."""
+    """overlap_moe_expert_parallel_comm and CUDA graphs (megatron-core transformer_config.py
+    `__post_init__`: graphs allow full recompute only as one full-iteration graph) and tp_comm_overlap
+    (Megatron-LM arguments.py: it needs sequence parallelism; Primus's ROCm port skips FP8 with its
+    default reduce-scatter overlaps, te_patches/tp_overlap_patches.py)."""
+    if c["cuda_graph_impl"] != "none" and c["recompute_granularity"] == "full" and not (
+            c["cuda_graph_impl"] == "local" and "full_iteration" in c["cuda_graph_scope"]):
+        out.append(_violation("cuda_graph_recompute", "CUDA graphs allow full recompute only with a local "
+                              "full-iteration graph (cuda_graph_scope full_iteration)"))
     if c["overlap_moe_expert_parallel_comm"]:
         if not (lim.is_moe and c["ep"] > 1):
             out.append(_violation("ep_overlap_ep", "EP all-to-all overlap needs a MoE model with EP>1"))

@@ -126,10 +126,12 @@ KNOBS: tuple[Knob, ...] = (
          "model.account_for_loss_in_pipeline_split", _SPLIT_TIME, _SPLIT_MEM, off=False),
     Knob("moe_token_dispatcher_type", "--moe-token-dispatcher-type", "moe_token_dispatcher_type",
          "model.moe_token_dispatcher_type", "allgather / NCCL all-to-all / flex (DeepEP, HybridEP) dispatch "
-         "(oracle.performance.comm)", "dispatch buffers not modelled", off="allgather"),
+         "(oracle.performance.comm)", "NCCL all-to-all / allgather buffers and DeepEP's NVLink/RDMA buffers "
+         "(oracle.memory.overheads)", off="allgather"),
     Knob("moe_flex_dispatcher_backend", "--moe-flex-dispatcher-backend", None, "model.moe_flex_dispatcher_backend",
          "DeepEP's RDMA/NVLink dispatch (oracle.performance.comm.Net.deepep; HybridEP costed alike)",
-         "DeepEP/HybridEP buffers not modelled", off="deepep", vendors=frozenset({"nvidia"})),
+         "DeepEP's buffers (oracle.memory.overheads.deepep_buffers); HybridEP's worst-case buffers are not "
+         "modelled", off="deepep", vendors=frozenset({"nvidia"})),
     Knob("tp_comm_overlap", "--tp-comm-overlap", "tp_comm_overlap", "comm_overlap.tp_comm_overlap",
          "TP all-gather / reduce-scatter pipelined with the GEMMs they feed (Transformer Engine userbuffers; "
          "on ROCm Primus's re-implementation, te_patches/tp_overlap_patches.py)",
@@ -144,7 +146,8 @@ KNOBS: tuple[Knob, ...] = (
          off="none", vendors=frozenset({"nvidia"})),  # on ROCm Primus documents graphs only for MegaMoE (mega-moe.md)
     Knob("use_turbo_deepep", None, "use_turbo_deepep", None,
          "Primus-Turbo DeepEP dispatch, which sets the flex dispatcher (patches/turbo/moe_dispatcher_patches.py; "
-         "costed by oracle.performance.comm.Net.deepep)", "its IPC buffer is outside the model", off=False,
+         "costed by oracle.performance.comm.Net.deepep)", "DeepEP's buffers (oracle.memory.overheads.deepep_buffers)",
+         off=False,
          vendors=frozenset({"amd"})),
     Knob("sync_free_stage", None, "turbo_sync_free_moe_stage", None,
          "not modelled: the stages remove host syncs (rocm_arg_validation.py _get_sync_free_moe_options) and no "

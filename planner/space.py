@@ -25,6 +25,7 @@ from math import prod
 from oracle.constraints import Rule, allowed, canonical, search_axes, search_rules
 from oracle.identity_cache import by_identity
 from oracle.legality import validate
+from oracle.performance.bound import KnobVariants
 from oracle.pipeline_split import PipelineSplit, candidate_splits
 from oracle.specs import ClusterSpec, TrialConfig, Workload
 
@@ -55,6 +56,7 @@ class Menu:
     tp_overlaps: tuple[bool, ...]
     fsdp: tuple[bool, ...]
     rules: tuple[Rule, ...]
+    rocm: bool  # Primus's ROCm TP overlap does not run under FP8 (legality `tp_overlap_fp8_rocm`)
 
 
 @by_identity()
@@ -73,7 +75,16 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
                 fp8s=tuple(f for f in axes.fp8 if f != "e4m3") or tuple(axes.fp8),
                 dispatchers=dispatchers, ep_overlaps=tuple(axes.overlap_moe_expert_parallel_comm),
                 tp_overlaps=tuple(axes.tp_comm_overlap),
-                fsdp=tuple(allowed(rules, "use_torch_fsdp2", [False, True])), rules=rules)
+                fsdp=tuple(allowed(rules, "use_torch_fsdp2", [False, True])), rules=rules,
+                rocm=cluster.gpu.vendor == "amd")
+
+
+def bound_variants(m: Menu) -> KnobVariants:
+    """The feature-knob settings of this search, for the sweep's layout bounds."""
+    return KnobVariants(fp8=tuple(sorted({f != "none" for f in m.fp8s})),
+                        dispatch=tuple(sorted({(d["moe_token_dispatcher_type"] == "flex",
+                                                d["moe_token_dispatcher_type"] == "allgather") for d in m.dispatchers})),
+                        tp_overlap=m.tp_overlaps, ep_overlap=m.ep_overlaps)
 
 
 def enumerate_space(workload: Workload, cluster: ClusterSpec) -> Iterator[TrialConfig]:
@@ -152,8 +163,8 @@ def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> boo
 
 def knob_points(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> Iterator[TrialConfig]:
     """Every legal combination of feature knobs on one layout."""
-    for recompute, moes, *rest in _knob_axes(layout, m, moe_ep, sp):
-        for moe, fp8, tp_overlap, fsdp in product(moes, *rest):
+    for recompute, moes, precisions, fsdps in _knob_axes(layout, m, moe_ep, sp):
+        for moe, (fp8, tp_overlap), fsdp in product(moes, precisions, fsdps):
             yield TrialConfig(**layout, recompute_granularity=recompute, fp8=fp8, **moe, tp_comm_overlap=tp_overlap,
                               use_torch_fsdp2=fsdp, use_distributed_optimizer=not fsdp,
                               cross_entropy_loss_fusion=True, overlap_grad_reduce=True)
@@ -165,18 +176,20 @@ def knob_count(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> int:
 
 
 def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
-    """Per recompute mode of one layout: (mode, MoE options (dispatch with EP overlap), FP8s, TP
-    overlaps, FSDP settings).
+    """Per recompute mode of one layout: (mode, MoE options (dispatch with EP overlap), (FP8, TP overlap)
+    pairs, FSDP settings).
 
     Zero-bubble schedules run without recompute (Primus's zero-bubble patches); the dispatcher and EP
     overlap only act with EP > 1, EP overlap only with the all-to-all or flex dispatcher, without full
     recompute and, under PP, with the interleaved schedule (`oracle.legality._overlap_rules`); TP
-    overlap needs sequence parallelism; torch FSDP2 needs PP = EP = 1 (Megatron-LM arguments.py).
+    overlap needs sequence parallelism and, on ROCm, no FP8; torch FSDP2 needs PP = EP = 1 (Megatron-LM
+    arguments.py).
     Where a knob does not apply it stays off, and a layout whose rules forbid off has no points."""
     recomputes = ("none",) if layout["pp_schedule"] in ("zb", "zbv") else m.recomputes
     overlap_ok = layout["pp"] == 1 or layout["pp_schedule"] == "interleaved"
     tp_overlaps = tuple(x for x in (m.tp_overlaps if sp else (False,)) if x in m.tp_overlaps)
     fsdp = tuple(x for x in (m.fsdp if layout["pp"] == 1 and layout["ep"] == 1 else (False,)) if x in m.fsdp)
+    precisions = tuple((f, o) for f in m.fp8s for o in tp_overlaps if not (o and m.rocm and f != "none"))
     out = []
     for r in recomputes:
         if r not in m.recomputes:
@@ -186,5 +199,5 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
                          if not o or (overlap_ok and r != "full" and d["moe_token_dispatcher_type"] != "allgather"))
         else:
             moes = tuple({"overlap_moe_expert_parallel_comm": False} for o in m.ep_overlaps if not o)
-        out.append((r, moes, m.fp8s, tp_overlaps, fsdp))
+        out.append((r, moes, precisions, fsdp))
     return out

@@ -25,7 +25,14 @@ from oracle.memory import estimate_memory
 from oracle.performance import iteration_bound, simulate, tokens_per_s_per_gpu
 from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
-from .space import enumerate_layouts, knob_count, knob_points, layout_knobs, menu
+from .space import (
+    bound_variants,
+    enumerate_layouts,
+    knob_count,
+    knob_points,
+    layout_knobs,
+    menu,
+)
 
 
 class SweepResult(BaseModel):
@@ -49,7 +56,8 @@ _CTX: dict = {}
 
 
 def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
-    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=menu(workload, cluster))
+    m = menu(workload, cluster)
+    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=m, variants=bound_variants(m))
 
 
 def _knobs(layout: dict) -> tuple:
@@ -62,7 +70,8 @@ def _best_tps(cfg: EffectiveConfig, any_knobs: bool) -> float:
     feature knobs."""
     workload, cluster = _CTX["workload"], _CTX["cluster"]
     return tokens_per_s_per_gpu(cfg, cluster.world_size,
-                                iteration_bound(workload.model, cfg, cluster, any_knobs=any_knobs))
+                                iteration_bound(workload.model, cfg, cluster, any_knobs=any_knobs,
+                                                variants=_CTX["variants"]))
 
 
 def _layout_bound(layout: dict) -> float:

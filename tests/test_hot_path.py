@@ -12,10 +12,10 @@ import itertools
 import pytest
 
 import oracle.memory.inflight as inflight
-from oracle.pipeline_split import PipelineSplit
 from oracle.identity_cache import by_identity
 from oracle.memory import estimate_memory
 from oracle.memory.geometry import geometry
+from oracle.pipeline_split import PipelineSplit
 from oracle.specs import EffectiveConfig, TrialConfig
 from planner.space import enumerate_layouts
 
@@ -41,13 +41,21 @@ def test_resolved_key_equals_the_key_of_a_validated_copy(shipped):
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zb", "zbv"])
-def test_saturated_microbatches_keep_every_peak(schedule):
+@pytest.mark.parametrize("extra", [0, 1])  # 1: EP all-to-all overlap's extra warm-up forward
+def test_saturated_microbatches_keep_every_peak(schedule, extra):
     for pp, vpp, nmb in itertools.product(range(1, 9), range(1, 5), range(1, 81)):
-        capped = inflight.saturated_microbatches(schedule, pp, vpp, nmb)
+        capped = inflight.saturated_microbatches(schedule, pp, vpp, nmb, extra)
         assert 1 <= capped <= nmb
         for i in range(pp):
-            assert inflight.peak_chunk_microbatches(schedule, pp, vpp, capped, i) == \
-                inflight.peak_chunk_microbatches(schedule, pp, vpp, nmb, i), (pp, vpp, nmb, i)
+            assert inflight.peak_chunk_microbatches(schedule, pp, vpp, capped, i, extra) == \
+                inflight.peak_chunk_microbatches(schedule, pp, vpp, nmb, i, extra), (pp, vpp, nmb, i)
+
+
+def test_ep_overlap_adds_one_warm_up_forward_under_interleaving():
+    # PP 4, VPP 2, 16 micro-batches, rank 0: warm-up (4-0-1)*2 + (2-1)*4 = 10 chunk-forwards, +1 in the
+    # steady state = 11, in groups of PP=4 per chunk: [4+3, 4]; EP overlap's extra forward makes 12: [8, 4]
+    assert inflight.peak_chunk_microbatches("interleaved", 4, 2, 16, 0) == ((7, 4), 0)
+    assert inflight.peak_chunk_microbatches("interleaved", 4, 2, 16, 0, 1) == ((8, 4), 0)
 
 
 def test_saturation_merges_long_flushes():

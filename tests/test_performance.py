@@ -30,7 +30,13 @@ from oracle.performance.schedule import (
 )
 from oracle.specs import ModelArch, TrialConfig
 from oracle.specs.search import SearchConstraints
-from planner.space import enumerate_layouts, knob_points, layout_knobs, menu
+from planner.space import (
+    bound_variants,
+    enumerate_layouts,
+    knob_points,
+    layout_knobs,
+    menu,
+)
 
 from .conftest import EXAMPLE_PAIRS, example
 
@@ -264,6 +270,8 @@ def test_iteration_bound_is_below_every_point_it_covers(name):
         cfgs = [w.effective(t) for t in knob_points(*layout_knobs(w, layout, m))]
         iterations = [simulate(w.model, cfg, c).iteration_ms for cfg in cfgs]
         assert iteration_bound(w.model, cfgs[0], c) <= min(iterations), layout
+        # the sweep's tighter bound, over only the settings this search allows, holds too
+        assert iteration_bound(w.model, cfgs[0], c, variants=bound_variants(m)) <= min(iterations), layout
         groups: dict[tuple, list[float]] = {}
         for cfg, it in zip(cfgs, iterations):
             knobs = (cfg.fp8, cfg.moe_token_dispatcher_type, cfg.use_turbo_deepep, cfg.overlap_moe_expert_parallel_comm,

@@ -90,7 +90,7 @@ def test_sweep_finds_the_brute_force_optimum():
 
 def test_sweep_prunes_yet_matches_brute_force_on_a_mixtral_slice(monkeypatch):
     """On a slice of the Mixtral space that holds its optimum (TP 1, PP 4, CP <= 2: every schedule,
-    ~5k points) the bound skips many points, and the top-k still equals scoring every fitting one."""
+    ~5k points) the bound skips most points, and the top-k still equals scoring every fitting one."""
     w, c = example("mixtral")
     layouts = [x for x in enumerate_layouts(w, c) if x["tp"] == 1 and x["pp"] == 4 and x["cp"] <= 2]
     monkeypatch.setattr(sweep_module, "enumerate_layouts", lambda *_: iter(layouts))
@@ -99,8 +99,7 @@ def test_sweep_prunes_yet_matches_brute_force_on_a_mixtral_slice(monkeypatch):
     points = [t for x in layouts for t in knob_points(*layout_knobs(w, x, m))]
     assert _ranking(result) == _brute_force_top(w, c, points, 5)[0]
     assert result.space_size == len(points)
-    # most of the space does not fit (the memory check drops it); of what fits, the bound spares half the simulations
-    assert result.pruned > result.space_size / 5 and result.scored < result.fits * 0.6
+    assert result.pruned > result.space_size / 2
 
 
 def test_parallel_sweep_matches_serial():

@@ -14,6 +14,7 @@ from oracle.constraints import rule_violations, search_axes, search_rules
 from oracle.errors import InputError
 from oracle.evaluate import evaluate_memory_only
 from oracle.inputs import load_cluster, load_workload
+from oracle.legality import validate
 from oracle.specs import TrialConfig
 from oracle.specs.search import SearchConstraints
 from planner import sweep as sweep_module
@@ -86,6 +87,19 @@ def test_an_mi355x_primus_cluster_offers_no_nvidia_only_knob(monkeypatch):
     assert "flex_rocm" in {v.code for v in flex.violations}
     hybrid = evaluate_memory_only(w, c, TrialConfig(moe_flex_dispatcher_backend="hybridep"))
     assert "stack_knob" in {v.code for v in hybrid.violations}
+
+
+@pytest.mark.parametrize("cluster_file", ["h100-8n.yaml", "mi355x-4n.yaml"])
+def test_every_point_is_legal_with_fp8_allowed(cluster_file):
+    """The knob loop builds only legal combinations, also where FP8 meets the overlaps (on ROCm, Primus's
+    TP overlap excludes FP8) and the dispatchers."""
+    w, c = _mixtral_on(cluster_file)
+    c = c.model_copy(update={"search": SearchConstraints(allow={"fp8": ("none", "hybrid")})})
+    points = [t for t in enumerate_space(w, c) if t.tp == 2 and t.pp == 4 and t.cp == 1 and t.mbs == 1]
+    assert len(points) > 100 and any(t.fp8 == "hybrid" and t.tp_comm_overlap for t in points) == (c.gpu.vendor == "nvidia")
+    rules = search_rules(w, c)
+    bad = [t for t in points if validate(w.model, w.effective(t), c) or rule_violations(rules, w.effective(t))]
+    assert bad == []
 
 
 def test_a_bf16_workload_keeps_bf16_unless_fp8_is_allowed():

@@ -65,6 +65,11 @@ DEEPEP_RDMA_RECV_TOKENS = 128
 DEEPEP_TOKEN_META_BYTES = 2048
 DEEPEP_MAX_NVL_PEERS = 8
 
+# ---- CUDA graphs (cuda_graph_impl) -------------------------------------------------------------------
+# Transformer Engine's make_graphed_callables shares static grad-output buffers per tensor signature;
+# with a few grad inputs alive at once that is about three hidden-state buffers (TE 2.12 graph.py).
+CUDA_GRAPH_GRAD_BUFFERS = 3
+
 # ---- runtime and allocator --------------------------------------------------------------------------
 # CUDA/HIP context, kernel images and BLAS workspaces reserved outside the tensor allocator
 # (~0.3-0.6 GiB measured on H100/MI300X with lazy module loading); take 0.5 GiB.

@@ -8,6 +8,7 @@ from ..layout import layout_facts
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .activations import edge_acts, layer_acts
 from .constants import (
+    ACT_BYTES,
     FP8_WEIGHT_COPY_BYTES,
     FSDP_UNSHARDED_GRAD_LAYERS,
     FSDP_UNSHARDED_WEIGHT_LAYERS,
@@ -15,11 +16,16 @@ from .constants import (
     RUNTIME_CONTEXT_GIB,
     WEIGHT_BYTES,
 )
-from .state_bytes import grad_bytes, optimizer_bytes
 from .geometry import geometry
 from .inflight import device_plans, saturated_microbatches
-from .overheads import allocator_overhead, comm_buffers, deepep_buffers
+from .overheads import (
+    allocator_overhead,
+    comm_buffers,
+    cuda_graph_buffers,
+    deepep_buffers,
+)
 from .params import edge_params, layer_params
+from .state_bytes import grad_bytes, optimizer_bytes
 
 
 class MemoryEstimate(NamedTuple):
@@ -55,7 +61,9 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
 
     # Data-parallel sizes; an illegal layout has none (0): treat it as 1.
     dp, edp = facts.dp_or_1, facts.edp_or_1
-    nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, facts.microbatches_or_1)
+    # EP all-to-all overlap runs one more warm-up forward under interleaving (schedules.py)
+    extra = int(c["overlap_moe_expert_parallel_comm"] and vpp > 1 and pp > 1)
+    nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, facts.microbatches_or_1, extra)
 
     dense_l, moe_l = layer_params(g, tp, etp, ep)
     edge = edge_params(g, tp, etp, ep, pp, c["seq_length"])
@@ -63,7 +71,7 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
     n_rec = c["recompute_num_layers"]
     n_rec = (1 if n_rec is None else n_rec) if full else 0  # Megatron's default: 1 layer per group
-    plans = device_plans(g, pp, vpp, facts.split, c["pp_schedule"], nmb, full, c["recompute_method"], n_rec)
+    plans = device_plans(g, pp, vpp, facts.split, c["pp_schedule"], nmb, full, c["recompute_method"], n_rec, extra)
     tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
 
     # Bytes per parameter (state_bytes.py): bf16 weight, fp32 or bf16 main grad, optimizer state.
@@ -93,6 +101,9 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     act_emb, act_logits = eacts.embedding * tokens, eacts.logits * tokens
     act_mtp = g.mtp_layers * mtp_body * tokens
     stash_d, stash_m = acts.dense_wgrad * tokens, acts.moe_wgrad * tokens
+    graph_impl, graph_scope = c["cuda_graph_impl"], c["cuda_graph_scope"]
+    graph_token = ACT_BYTES * g.h * (tokens / tp if sp else tokens)
+    graph_mask = c["mbs"] * (c["seq_length"] / cp) * c["seq_length"]  # one byte per boolean mask entry
 
     best = None
     for p in plans:
@@ -138,17 +149,18 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
         activation = a_dense + a_moe + a_emb + a_logits + a_mtp + a_transient + a_stash
 
         param_opt = weights + grads + optimizer + fp8_copies
+        graphs = cuda_graph_buffers(graph_impl, graph_scope, p.inflight * (nd + nm), graph_token, graph_mask)
         alloc = allocator_overhead(activation + comm_transient)
-        total = param_opt + activation + alloc + fixed
+        total = param_opt + activation + alloc + fixed + graphs
         if best is None or total > best[0]:
             best = (
-                total, p, param_opt, activation, alloc,
+                total, p, param_opt, activation, alloc, graphs,
                 (weights, grads, optimizer, fp8_copies),
                 (a_dense, a_moe, a_mtp, a_emb, a_logits, a_transient, a_stash),
                 (p_dense, p_expert, p_edge),
             )
 
-    total, p, param_opt, activation, alloc, po, ac, counts = best
+    total, p, param_opt, activation, alloc, graphs, po, ac, counts = best
     breakdown = {
         "mem_weights": po[0] / GIB,
         "mem_grads": po[1] / GIB,
@@ -163,6 +175,7 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
         "mem_act_wgrad_stash": ac[6] / GIB,
         "mem_comm_buffers": (comm_nccl + comm_transient) / GIB,
         "mem_deepep_buffers": deepep / GIB,
+        "mem_cuda_graphs": graphs / GIB,
         "mem_runtime_context": RUNTIME_CONTEXT_GIB,
         "mem_allocator_overhead": alloc / GIB,
         "mem_inflight_microbatches": p.inflight,

@@ -67,7 +67,7 @@ def candidate_devices(g: Geometry, pp: int, vpp: int, zbv: bool, split: Pipeline
     return tuple(out)
 
 
-def saturated_microbatches(schedule: str, pp: int, vpp: int, nmb: int) -> int:
+def saturated_microbatches(schedule: str, pp: int, vpp: int, nmb: int, extra: int = 0) -> int:
     """`nmb` capped where the peaks (`peak_chunk_microbatches`) stop changing: the plan cache's key,
     so layouts that differ only in how many micro-batches follow the warm-up share one plan.
 
@@ -78,11 +78,12 @@ def saturated_microbatches(schedule: str, pp: int, vpp: int, nmb: int) -> int:
         return min(nmb, pp)
     if nmb <= pp:
         return nmb
-    warm0 = (pp - 1) * 2 + (vpp - 1) * pp
+    warm0 = (pp - 1) * 2 + (vpp - 1) * pp + extra
     return max(pp + 1, min(nmb, warm0 // vpp + 1))
 
 
-def peak_chunk_microbatches(schedule: str, pp: int, vpp: int, nmb: int, i: int) -> tuple[tuple[int, ...], int]:
+def peak_chunk_microbatches(schedule: str, pp: int, vpp: int, nmb: int, i: int, extra: int = 0
+                            ) -> tuple[tuple[int, ...], int]:
     """(micro-batches stored at the peak for each chunk GPU i holds, deferred W passes (ZB-H1)).
 
     1F1B: GPU i runs PP-i warm-up/steady forwards before its first backward -> min(PP-i, m) stored.
@@ -94,6 +95,8 @@ def peak_chunk_microbatches(schedule: str, pp: int, vpp: int, nmb: int, i: int) 
       W passes into the bubble, each keeping its linear inputs and output gradients (assumption: the
       Megatron/Primus zero-bubble port queues these beside the 1F1B in-flight activations).
     ZB-V ("zbv", VPP=2): 2*PP chunk-micro-batches at the peak on every GPU (balanced), PP per chunk.
+    `extra` more warm-up chunk-forwards under interleaving: 1 with EP all-to-all overlap, which
+    schedules one more forward before the steady state (megatron-core 0.16.1 schedules.py).
     """
     nmb = max(nmb, 1)
     if schedule == "zbv" and vpp == 2:
@@ -101,7 +104,7 @@ def peak_chunk_microbatches(schedule: str, pp: int, vpp: int, nmb: int, i: int) 
         return (n, n), 0
     if vpp > 1:
         total = nmb * vpp
-        warm = (pp - i - 1) * 2 + (vpp - 1) * pp
+        warm = (pp - i - 1) * 2 + (vpp - 1) * pp + extra
         n = total if (nmb == pp or warm >= total) else warm + 1
         counts = [0] * vpp
         blocks, rem = divmod(n, pp)
@@ -159,12 +162,12 @@ def _recompute_split(g: Geometry, ch: Chunk, method: str | None, n_rec: int) -> 
 @lru_cache(maxsize=16384)
 def device_plans(
     g: Geometry, pp: int, vpp: int, split: PipelineSplit, schedule: str, nmb: int, full: bool, method: str | None,
-    n_rec: int
+    n_rec: int, extra: int = 0
 ) -> tuple[DevicePlan, ...]:
     """The plan of every candidate GPU that could be the most loaded (none an earlier one covers)."""
     out = []
     for index, held in candidate_devices(g, pp, vpp, schedule == "zbv", split):
-        counts, pending_w = peak_chunk_microbatches(schedule, pp, vpp, nmb, index)
+        counts, pending_w = peak_chunk_microbatches(schedule, pp, vpp, nmb, index, extra)
         dense = moe = d_full = m_full = d_in = m_in = w_d = w_m = layer_mbs = 0.0
         emb_mb = out_mb = mtp_mb = 0
         groups = set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .constants import (
     ACT_BYTES,
     ALLOCATOR_FRAGMENTATION,
+    CUDA_GRAPH_GRAD_BUFFERS,
     DEEPEP_CHANNELS,
     DEEPEP_MAX_NVL_PEERS,
     DEEPEP_NVL_RECV_TOKENS,
@@ -64,3 +65,22 @@ def deepep_buffers(g: Geometry, ep: int, etp: int, gpus_per_node: int) -> float:
 def allocator_overhead(dynamic_bytes: float) -> float:
     """Caching-allocator fragmentation on activations and transient buffers."""
     return ALLOCATOR_FRAGMENTATION * dynamic_bytes
+
+
+def cuda_graph_buffers(impl: str, scope: tuple[str, ...], stored_layer_mbs: float, token_bytes: float,
+                       mask_bytes: float) -> float:
+    """Memory CUDA graphs keep beside the eager activations, bytes (megatron-core 0.16.1
+    transformer/cuda_graphs.py, Transformer Engine 2.12 pytorch/graph.py, read for this term).
+
+    A graph is captured per layer and micro-batch, and a captured sample's static inputs are reused
+    once its backward has run, so as many are alive as layer x micro-batch activations are stored
+    (`stored_layer_mbs`): with the whole layer graphed (empty scope) each keeps a static hidden-state
+    input (`token_bytes`: [tokens, h] BF16, h / TP under SP) besides the eager copy, and with the
+    layer or its attention graphed a boolean attention-mask sample (`mask_bytes`: [MBS, seq/CP, seq]).
+    Grad-output buffers are shared per shape: about three hidden-state buffers. Not modelled: the
+    graphs' private pool being closed to eager allocations, and full-iteration graphs."""
+    if impl == "none":
+        return 0.0
+    whole = not scope
+    per_sample = (token_bytes if whole else 0.0) + (mask_bytes if whole or "attn" in scope else 0.0)
+    return stored_layer_mbs * per_sample + CUDA_GRAPH_GRAD_BUFFERS * token_bytes

@@ -20,7 +20,7 @@ It takes simulate's own steps on the fastest version of each piece, and no step 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import product
 
@@ -48,18 +48,33 @@ from .work import Work
 ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
 
 
+@dataclass(frozen=True)
+class KnobVariants:
+    """The feature-knob settings a layout's bound ranges over: by default every one; a search whose
+    rules allow fewer (e.g. FP8 kept off) passes those, which gives a tighter bound that still holds
+    for each of its points."""
+
+    fp8: tuple[bool, ...] = (False, True)
+    dispatch: tuple[tuple[bool, bool], ...] = ((False, True), (False, False), (True, False))  # (DeepEP, allgather)
+    tp_overlap: tuple[bool, ...] = (False, True)
+    ep_overlap: tuple[bool, ...] = (False, True)
+
+
+EVERY_VARIANT = KnobVariants()
+
+
 def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None = None,
-                    *, any_knobs: bool = True) -> float:
+                    *, any_knobs: bool = True, variants: KnobVariants = EVERY_VARIANT) -> float:
     """A lower bound on `simulate(model, c, cluster, consts).iteration_ms` for every legal `c` that differs
     from `cfg` only in recompute or, with `any_knobs`, in any feature knob (also FP8, MoE backend,
-    dispatcher, communication overlaps and DP sharding)."""
+    dispatcher, communication overlaps and DP sharding) within `variants`."""
     world = cluster.world_size
     facts = layout_facts(model, cfg, world)
     pl = _Pipeline.of(facts, cfg)
     if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
         cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "use_megatron_fsdp": False})
     ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp, pl.edp)
-    blocks = (_fastest_blocks if any_knobs else _layout_blocks)(model, ctx, pl.p > 1)
+    blocks = _fastest_blocks(model, ctx, pl.p > 1, variants) if any_knobs else _layout_blocks(model, ctx, pl.p > 1)
     chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, facts.split, False, None)
     f, b, w = _stage_times(chunks, blocks, ())
     ends = _ends_bound(ctx, cfg, world, pl, f, b, w)
@@ -69,13 +84,13 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
 
 
 @lru_cache(maxsize=4096)
-def _fastest_blocks(model: ModelArch, ctx: Ctx, piped: bool) -> tuple[_Block, ...]:
-    """Per block, the least F, B and W over FP8, the dispatcher (allgather, all-to-all, DeepEP) and the
-    TP and EP overlaps on and off (where they apply) in context `ctx`."""
-    fp8s = (False, True) if ctx.gpu.has_fp8 else (False,)
-    dispatch = ((False, True), (False, False), (True, False)) if ctx.ep > 1 else ((ctx.deepep, ctx.allgather),)
-    tp_overlaps = (False, True) if ctx.tp > 1 else (False,)
-    ep_overlaps = (False, True) if ctx.ep > 1 else (False,)
+def _fastest_blocks(model: ModelArch, ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[_Block, ...]:
+    """Per block, the least F, B and W over the `variants` of FP8, the dispatcher (allgather,
+    all-to-all, DeepEP) and the TP and EP overlaps (where they apply) in context `ctx`."""
+    fp8s = tuple(f for f in variants.fp8 if ctx.gpu.has_fp8 or not f) or (False,)
+    dispatch = variants.dispatch if ctx.ep > 1 else ((ctx.deepep, ctx.allgather),)
+    tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)
+    ep_overlaps = variants.ep_overlap if ctx.ep > 1 else (False,)
     variants = [_layout_blocks(model, replace(ctx, fp8=fp8, deepep=deepep, allgather=allgather, tp_overlap=tpo,
                                               ep_overlap=epo), piped)
                 for fp8, (deepep, allgather), tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]

@@ -28,6 +28,7 @@ StateDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 ShardingStrategy = Literal["no_shard", "optim", "optim_grads", "optim_grads_params"]
 # CUDA-graph capture (megatron-core 0.16.1 transformer_config.py `cuda_graph_impl`).
 CudaGraphImpl = Literal["none", "local", "transformer_engine"]
+CudaGraphScope = Literal["attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "full_iteration"]
 
 
 class TrainingArgs(BaseModel):
@@ -89,6 +90,7 @@ class TrainingArgs(BaseModel):
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
     cuda_graph_impl: CudaGraphImpl = "none"
+    cuda_graph_scope: tuple[CudaGraphScope, ...] = ()  # empty: the whole layer (Megatron's default)
 
     @field_validator("recompute_granularity", "fp8", "recompute_method", "pp_schedule",
                      "pipeline_model_parallel_layout", mode="before")
@@ -100,6 +102,11 @@ class TrainingArgs(BaseModel):
     @classmethod
     def _modules(cls, v: object) -> object:
         return parse_modules(v)
+
+    @field_validator("cuda_graph_scope", mode="before")
+    @classmethod
+    def _scope(cls, v: object) -> object:
+        return () if v is None else parse_modules(v)
 
     @field_validator("cuda_graph_impl", mode="before")
     @classmethod
