@@ -210,7 +210,7 @@ def _overlap_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
     (Megatron-LM arguments.py: it needs sequence parallelism; Primus's ROCm port skips FP8 with its
     default reduce-scatter overlaps, te_patches/tp_overlap_patches.py)."""
     if c["cuda_graph_impl"] != "none" and c["recompute_granularity"] == "full" and not (
-            c["cuda_graph_impl"] == "local" and "full_iteration" in c["cuda_graph_scope"]):
+            c["cuda_graph_impl"] == "local" and "full_iteration" in (c["cuda_graph_scope"] or ())):
         out.append(_violation("cuda_graph_recompute", "CUDA graphs allow full recompute only with a local "
                               "full-iteration graph (cuda_graph_scope full_iteration)"))
     if c["overlap_moe_expert_parallel_comm"]:
@@ -275,7 +275,8 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
     if lim.amd and c["moe_token_dispatcher_type"] == "flex" and not c["use_turbo_deepep"]:
         out.append(_violation("flex_rocm", "Megatron's flex dispatcher backends (DeepEP, HybridEP) are CUDA "
                               "libraries; on ROCm the flex path is Primus-Turbo's DeepEP (use_turbo_deepep)"))
-    _overlap_rules(lim, c, out)
+    if c["overlap_moe_expert_parallel_comm"] or c["tp_comm_overlap"] or c["cuda_graph_impl"] != "none":
+        _overlap_rules(lim, c, out)
     if c["fp8"] and not lim.has_fp8:
         out.append(_violation("fp8_gpu", f"{lim.gpu_name} has no FP8 tensor cores"))
     n_rec = c["recompute_num_layers"]

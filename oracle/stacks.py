@@ -142,7 +142,8 @@ KNOBS: tuple[Knob, ...] = (
          "combined_1f1b.py)", "one more warm-up micro-batch under interleaving (megatron-core schedules.py)",
          off=False),
     Knob("cuda_graph_impl", "--cuda-graph-impl", "cuda_graph_impl", "model.cuda_graph_impl",
-         "not modelled (launch overhead kept)", "graph memory pool: Megatron-Bridge docs/performance-guide.md",
+         "not modelled (launch overhead kept)", "static inputs and masks per stored layer sample "
+         "(oracle.memory.overheads.cuda_graph_buffers; megatron-core cuda_graphs.py)",
          off="none", vendors=frozenset({"nvidia"})),  # on ROCm Primus documents graphs only for MegaMoE (mega-moe.md)
     Knob("use_turbo_deepep", None, "use_turbo_deepep", None,
          "Primus-Turbo DeepEP dispatch, which sets the flex dispatcher (patches/turbo/moe_dispatcher_patches.py; "

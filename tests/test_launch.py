@@ -124,6 +124,7 @@ def test_primus_overlay_loads_as_an_experiment_with_every_knob():
     doc = yaml.safe_load(plan.files["winner.primus.yaml"])
     # the parser's required experiment keys (primus/core/launcher/parser.py)
     assert {"work_group", "user_name", "exp_name", "workspace"} <= set(doc)
+    assert not any("${" in str(doc[k]) for k in ("work_group", "user_name", "exp_name", "workspace"))  # literal
     trainer = doc["modules"]["pre_trainer"]
     assert trainer["framework"] == "megatron" and trainer["model"] and trainer["config"]
     assert doc["extends"] == [str((EXAMPLES / "workloads" / "mixtral-8x22b-mi355x-recipe.yaml").resolve())]

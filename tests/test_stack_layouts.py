@@ -222,3 +222,25 @@ def test_each_new_form_projects_over_mcp_with_stage_counts(tmp_path):
 def _load(tmp_path: Path, text: str, name: str):
     w, _ = workload(tmp_path, text, name)
     return w, load_cluster(H100_32N)
+
+
+def test_cuda_graph_memory_is_static_inputs_and_masks_per_stored_layer_sample():
+    """Hand derivation (megatron-core 0.16.1 cuda_graphs.py, TE graph.py): a graph per layer and
+    micro-batch; the stored samples each keep a static [tokens, h] BF16 input (tokens / TP under SP)
+    and, with attention graphed, a boolean [MBS, seq/CP, seq] mask; ~3 shared grad-output buffers."""
+    w, c = example("llama70b")
+    plain = TrialConfig(vpp=1, pp_schedule="1f1b")  # one chunk per stage: the samples are its layers x in-flight
+    cfg = w.effective(plain)
+    assert cfg.recompute_granularity is None  # whole layers stored
+    eager = evaluate_memory_only(w, c, plain).breakdown
+    graphed = TrialConfig(vpp=1, pp_schedule="1f1b", cuda_graph_impl="transformer_engine")
+    whole = evaluate_memory_only(w, c, graphed).breakdown
+    token = 2 * w.model.hidden_size * cfg.mbs * cfg.seq_length / cfg.cp / cfg.tp
+    mask = cfg.mbs * cfg.seq_length / cfg.cp * cfg.seq_length
+    samples = whole["mem_inflight_microbatches"] * whole[f"stage_{int(whole['mem_stage'])}_layers"]
+    assert whole["mem_cuda_graphs"] * 2**30 == pytest.approx(samples * (token + mask) + 3 * token)
+    assert eager["mem_cuda_graphs"] == 0.0
+    mlp_only = w.model_copy(update={"training": w.training.model_copy(update={"cuda_graph_scope": ("mlp",)})})
+    mlp = evaluate_memory_only(mlp_only, c, graphed).breakdown
+    assert mlp["mem_cuda_graphs"] * 2**30 == pytest.approx(3 * token)  # no layer input, no mask graphed
+    assert "cuda_graph_recompute" in codes(w, c, cuda_graph_impl="local", recompute_granularity="full")

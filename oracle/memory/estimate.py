@@ -101,9 +101,10 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     act_emb, act_logits = eacts.embedding * tokens, eacts.logits * tokens
     act_mtp = g.mtp_layers * mtp_body * tokens
     stash_d, stash_m = acts.dense_wgrad * tokens, acts.moe_wgrad * tokens
-    graph_impl, graph_scope = c["cuda_graph_impl"], c["cuda_graph_scope"]
-    graph_token = ACT_BYTES * g.h * (tokens / tp if sp else tokens)
-    graph_mask = c["mbs"] * (c["seq_length"] / cp) * c["seq_length"]  # one byte per boolean mask entry
+    graph_impl = c["cuda_graph_impl"]
+    if graph_impl != "none":
+        graph_token = ACT_BYTES * g.h * (tokens / tp if sp else tokens)
+        graph_mask = c["mbs"] * (c["seq_length"] / cp) * c["seq_length"]  # one byte per boolean mask entry
 
     best = None
     for p in plans:
@@ -149,7 +150,8 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
         activation = a_dense + a_moe + a_emb + a_logits + a_mtp + a_transient + a_stash
 
         param_opt = weights + grads + optimizer + fp8_copies
-        graphs = cuda_graph_buffers(graph_impl, graph_scope, p.inflight * (nd + nm), graph_token, graph_mask)
+        graphs = 0.0 if graph_impl == "none" else cuda_graph_buffers(
+            graph_impl, c["cuda_graph_scope"], p.inflight * (nd + nm), graph_token, graph_mask)
         alloc = allocator_overhead(activation + comm_transient)
         total = param_opt + activation + alloc + fixed + graphs
         if best is None or total > best[0]:

@@ -67,7 +67,7 @@ def allocator_overhead(dynamic_bytes: float) -> float:
     return ALLOCATOR_FRAGMENTATION * dynamic_bytes
 
 
-def cuda_graph_buffers(impl: str, scope: tuple[str, ...], stored_layer_mbs: float, token_bytes: float,
+def cuda_graph_buffers(impl: str, scope: tuple[str, ...] | None, stored_layer_mbs: float, token_bytes: float,
                        mask_bytes: float) -> float:
     """Memory CUDA graphs keep beside the eager activations, bytes (megatron-core 0.16.1
     transformer/cuda_graphs.py, Transformer Engine 2.12 pytorch/graph.py, read for this term).
@@ -81,6 +81,7 @@ def cuda_graph_buffers(impl: str, scope: tuple[str, ...], stored_layer_mbs: floa
     graphs' private pool being closed to eager allocations, and full-iteration graphs."""
     if impl == "none":
         return 0.0
+    scope = scope or ()
     whole = not scope
     per_sample = (token_bytes if whole else 0.0) + (mask_bytes if whole or "attn" in scope else 0.0)
     return stored_layer_mbs * per_sample + CUDA_GRAPH_GRAD_BUFFERS * token_bytes

@@ -186,7 +186,7 @@ class EffectiveConfig(BaseModel):
     optimizer_offload_fraction: float
     data_parallel_sharding_strategy: ShardingStrategy
     moe_grouped_gemm: bool
-    cuda_graph_scope: tuple[str, ...]
+    cuda_graph_scope: tuple[str, ...] | None
 
     def model_copy(self, *, update: dict | None = None, deep: bool = False) -> "EffectiveConfig":
         """A copy with `update` applied; the cached key is dropped, since the fields may change."""

@@ -90,7 +90,7 @@ class TrainingArgs(BaseModel):
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False
     cuda_graph_impl: CudaGraphImpl = "none"
-    cuda_graph_scope: tuple[CudaGraphScope, ...] = ()  # empty: the whole layer (Megatron's default)
+    cuda_graph_scope: tuple[CudaGraphScope, ...] | None = None  # None or empty: the whole layer (Megatron's default)
 
     @field_validator("recompute_granularity", "fp8", "recompute_method", "pp_schedule",
                      "pipeline_model_parallel_layout", mode="before")
@@ -106,7 +106,7 @@ class TrainingArgs(BaseModel):
     @field_validator("cuda_graph_scope", mode="before")
     @classmethod
     def _scope(cls, v: object) -> object:
-        return () if v is None else parse_modules(v)
+        return parse_modules(v) or None
 
     @field_validator("cuda_graph_impl", mode="before")
     @classmethod

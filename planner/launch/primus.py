@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from oracle.inputs.yaml_io import read_mapping
+from oracle.inputs.yaml_io import read_mapping, resolve_templates
 from oracle.specs import ClusterSpec, EffectiveConfig, Workload
 from oracle.stacks import KNOB_SPECS
 
@@ -40,7 +40,8 @@ def overlay(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec, work
     """The overlay experiment: the workload's own Primus experiment extended, or (for a native workload)
     a fresh one on Primus's base model preset with the architecture in its overrides."""
     path = Path(workload_file).resolve()
-    raw = read_mapping(path) if path.is_file() else {}
+    # literal values: run_pretrain.sh reads the meta keys with yaml.safe_load, without templates or extends
+    raw = resolve_templates(read_mapping(path)) if path.is_file() else {}
     trainer = (raw.get("modules") or {}).get("pre_trainer") if isinstance(raw.get("modules"), dict) else None
     layout = overrides(cfg, workload, cluster)
     meta = {"work_group": raw.get("work_group", "paratune"), "user_name": raw.get("user_name", "paratune"),
