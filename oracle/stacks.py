@@ -2,7 +2,9 @@
 
 A knob names its argument in each stack that defines it (Megatron-LM: the `pretrain_gpt.py` flag of
 `megatron/training/arguments.py`; Primus: the key of `primus/configs/modules/megatron/*.yaml`;
-Megatron-Bridge: the `ConfigContainer` path of `src/megatron/bridge/training/config.py`), the GPU
+Megatron-Bridge: the `ConfigContainer` path of `src/megatron/bridge/training/config.py`, taking the
+`comm_overlap` / `mixed_precision` section where Bridge's `runtime_config_update` rewrites the
+model/ddp field from it), the GPU
 vendors it runs on, and where its effect on time and on memory comes from. A knob (or value) the
 cluster's stack lacks is outside the search and a `stack_knob` violation when a trial sets it.
 Revisions: megatron-core 0.16.1 (`pipeline_split.MEGATRON_CORE_VERSION`), Primus fd1eeab,
@@ -106,12 +108,12 @@ KNOBS: tuple[Knob, ...] = (
     Knob("optimizer_cpu_offload", "--optimizer-cpu-offload", "optimizer_cpu_offload", "optimizer.optimizer_cpu_offload",
          "not modelled (the optimizer step on the host)", "optimizer state moved to the host (HybridDeviceOptimizer)",
          off=False),
-    Knob("overlap_grad_reduce", "--overlap-grad-reduce", "overlap_grad_reduce", "ddp.overlap_grad_reduce",
+    Knob("overlap_grad_reduce", "--overlap-grad-reduce", "overlap_grad_reduce", "comm_overlap.overlap_grad_reduce",
          "grad buckets reduced during the last backward (megatron-core DDP)", "none modelled", off=False),
     Knob("cross_entropy_loss_fusion", "--cross-entropy-loss-fusion", "cross_entropy_loss_fusion",
          "model.cross_entropy_loss_fusion", "fused loss traffic (oracle.performance.layers.LOSS_BYTES)",
          "no fp32 logits copy", off=False),
-    Knob("grad_reduce_in_fp32", "--grad-reduce-in-bf16", "grad_reduce_in_bf16", "ddp.grad_reduce_in_fp32",
+    Knob("grad_reduce_in_fp32", "--grad-reduce-in-bf16", "grad_reduce_in_bf16", "mixed_precision.grad_reduce_in_fp32",
          "gradient bytes reduced over DP (4 or 2)", "gradient buffer bytes (4 or 2)"),
     Knob("pp_layout", "--pipeline-model-parallel-layout", "pipeline_model_parallel_layout",
          "model.pipeline_model_parallel_layout", _SPLIT_TIME, _SPLIT_MEM),
