@@ -22,7 +22,7 @@ from .specs import (
     Violation,
     Workload,
 )
-from .specs.config import KNOB_TO_ARG, SPLIT_KNOBS
+from .specs.config import KNOB_TO_ARG, NONE_IS_NULL, SPLIT_KNOBS
 from .specs.trusted import trusted
 from .stacks import KNOB_SPECS, knob_available, value_available
 
@@ -37,9 +37,9 @@ class Rule:
     why: str
 
 
-def canonical(value: object) -> object:
-    """A knob value as EffectiveConfig holds it ("none" is None)."""
-    return None if value == "none" else value
+def canonical(knob: str, value: object) -> object:
+    """A knob's value as EffectiveConfig holds it ("none" is None where it means off)."""
+    return None if value == "none" and knob in NONE_IS_NULL else value
 
 
 def _stack_rules(cluster: ClusterSpec) -> list[Rule]:
@@ -67,9 +67,9 @@ def _owners(knob: str) -> str:
 
 def _user_rules(cluster: ClusterSpec, baseline: EffectiveConfig) -> list[Rule]:
     s = cluster.search
-    out = [Rule(k, frozenset({canonical(v)}), "constraint_fix", f"fixed at {v} by the search constraints")
+    out = [Rule(k, frozenset({canonical(k, v)}), "constraint_fix", f"fixed at {v} by the search constraints")
            for k, v in s.fix.items()]
-    out += [Rule(k, frozenset(canonical(v) for v in vs), "constraint_allow",
+    out += [Rule(k, frozenset(canonical(k, v) for v in vs), "constraint_allow",
                  f"limited to {', '.join(map(str, vs))} by the search constraints") for k, vs in s.allow.items()]
     out += [Rule(k, frozenset({getattr(baseline, k)}), "constraint_exclude",
                  f"excluded from the search: stays at the workload's {getattr(baseline, k)}") for k in s.exclude]
@@ -86,17 +86,30 @@ def search_rules(workload: Workload, cluster: ClusterSpec) -> tuple[Rule, ...]:
     return tuple(_stack_rules(cluster) + _user_rules(cluster, workload.effective()))
 
 
+# Knobs that only act under another knob's value (resolve clears them elsewhere): a rule on one of
+# them holds only where it acts.
+ACTS_UNDER = {"recompute_method": ("recompute_granularity", "full"),
+              "recompute_num_layers": ("recompute_granularity", "full"),
+              "recompute_modules": ("recompute_granularity", "selective"),
+              "moe_flex_dispatcher_backend": ("moe_token_dispatcher_type", "flex")}
+
+
 def rule_violations(rules: tuple[Rule, ...], cfg: EffectiveConfig) -> list[Violation]:
     """The rules `cfg` breaks, each as a violation with its rule's code."""
     fields = cfg.__dict__
     return [trusted(Violation, {"code": r.code, "message": f"{r.knob}={fields[r.knob]}: {r.why}"})
-            for r in rules if fields[r.knob] not in r.values]
+            for r in rules if fields[r.knob] not in r.values and _acts(r.knob, fields)]
+
+
+def _acts(knob: str, fields: dict) -> bool:
+    parent = ACTS_UNDER.get(knob)
+    return parent is None or fields[parent[0]] == parent[1]
 
 
 def allowed(rules: tuple[Rule, ...], knob: str, values: list) -> list:
     """`values` (TrialConfig spellings) that every rule on `knob` allows, in their order."""
     limits = [r.values for r in rules if r.knob == knob]
-    return [v for v in values if all(canonical(v) in lim for lim in limits)]
+    return [v for v in values if all(canonical(knob, v) in lim for lim in limits)]
 
 
 def pinned(workload: Workload, cluster: ClusterSpec) -> Workload:

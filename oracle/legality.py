@@ -220,6 +220,9 @@ def _overlap_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
             out.append(_violation("ep_overlap_dispatcher", "EP all-to-all overlap needs the alltoall or flex dispatcher"))
         if c["pp"] > 1 and c["vpp"] == 1:
             out.append(_violation("ep_overlap_vpp", "EP all-to-all overlap with PP>1 needs virtual pipeline stages"))
+        elif c["pp"] > 1 and c["pp_schedule"] != "interleaved":
+            out.append(_violation("ep_overlap_schedule", "EP all-to-all overlap with PP>1 runs in Megatron's "
+                                  "interleaved schedule (combined_1f1b.py), not under zero-bubble"))
         if c["recompute_granularity"] == "full" or "moe" in (c["recompute_modules"] or ()):
             out.append(_violation("ep_overlap_recompute", "EP all-to-all overlap excludes full recompute and the "
                                   "moe recompute module"))

@@ -21,15 +21,8 @@ STACKS: tuple[Stack, ...] = ("megatron-lm", "megatron-bridge", "primus")
 # A cluster that names no stack runs its vendor's: Primus is AMD's Megatron stack (ROCm), Megatron-LM
 # NVIDIA's reference trainer.
 DEFAULT_STACK: dict[str, Stack] = {"amd": "primus", "nvidia": "megatron-lm"}
-NVIDIA_STACKS = frozenset({"megatron-lm", "megatron-bridge"})
 ALL = frozenset(STACKS)
 BOTH_VENDORS = frozenset({"nvidia", "amd"})
-
-MLM = "Megatron-LM megatron/training/arguments.py (core_v0.16.1)"
-PRIMUS = "Primus primus/configs/modules/megatron/trainer_base.yaml + pre_trainer.yaml (fd1eeab)"
-PRIMUS_TURBO = "Primus primus/configs/modules/megatron/primus_turbo.yaml (fd1eeab)"
-PRIMUS_ZB = "Primus primus/configs/modules/megatron/zero_bubble.yaml (fd1eeab)"
-BRIDGE = "Megatron-Bridge src/megatron/bridge/training/config.py ConfigContainer (067f987)"
 
 
 @dataclass(frozen=True)
@@ -78,7 +71,9 @@ KNOBS: tuple[Knob, ...] = (
          "GEMM shapes and micro-batch count", "activations x MBS"),
     Knob("gbs", "--global-batch-size", "global_batch_size", "train.global_batch_size",
          "micro-batches per iteration", "none beyond the micro-batch count"),
-    Knob("pp_schedule", None, "pp_schedule", None,
+    # no argument of its own: VPP sets Megatron's schedule; Primus's zero-bubble patches set ZB-H1 / ZB-V
+    # (patch_zero_bubble, zero_bubble_v_schedule: planner.launch.settings.primus_extras)
+    Knob("pp_schedule", None, None, None,
          "1F1B / interleaved (Megatron), ZB-H1 and ZB-V (Qi 2023; Primus's zero-bubble patches)",
          "in-flight micro-batches per schedule (oracle.memory.inflight)", off="1f1b",
          value_stacks={"1f1b": ALL, "interleaved": ALL, "zb": frozenset({"primus"}), "zbv": frozenset({"primus"})}),

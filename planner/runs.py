@@ -15,6 +15,7 @@ from ledger.models import Fidelity, TrialRecord
 from ledger.store import BudgetExhausted, Ledger
 from oracle.benchmark import evaluate_with_benchmark
 from oracle.benchmark.cache import LedgerCache
+from oracle.constraints import rule_violations, search_rules
 from oracle.evaluate import evaluate_config
 from oracle.legality import validate
 from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
@@ -44,9 +45,10 @@ def configured_llm(cluster: ClusterSpec) -> str:
 def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig,
           fidelity: Fidelity, *, origin: str) -> tuple[TrialRecord, bool]:
     """(trial, cached) of one layout at one fidelity through the ledger's dedupe and budget; an
-    illegal layout is recorded with its violations without spending budget."""
+    illegal layout (or one a search constraint refuses) is recorded with its violations without
+    spending budget."""
     scorer = SCORERS[fidelity]
-    if validate(workload.model, cfg, cluster):
+    if validate(workload.model, cfg, cluster) or rule_violations(search_rules(workload, cluster), cfg):
         hit = ledger.lookup(run_id, cfg.key, fidelity)
         if hit is not None:
             return hit, True

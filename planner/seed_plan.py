@@ -17,7 +17,7 @@ from oracle.legality import validate
 from oracle.pipeline_split import candidate_splits
 from oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
 
-from .space import ALLTOALL, FLEX_DEEPEP, TURBO_DEEPEP, menu, split_knobs
+from .space import ALLTOALL, menu, split_knobs
 
 Candidate = tuple[str, TrialConfig]
 
@@ -37,18 +37,21 @@ def _tiers(workload: Workload, cluster: ClusterSpec, base: EffectiveConfig) -> I
     yield "baseline", TrialConfig()
     for rc in ("none", "selective", "full"):
         yield "recompute", TrialConfig(recompute_granularity=rc)
-    deepep = next((d for d in (FLEX_DEEPEP, TURBO_DEEPEP) if d in menu(workload, cluster).dispatchers), ALLTOALL)
+    m = menu(workload, cluster)
+    deepep = next((d for d in m.dispatchers if d["moe_token_dispatcher_type"] == "flex"), ALLTOALL)
     if moe_ep:
-        for dispatch in menu(workload, cluster).dispatchers:
+        for dispatch in m.dispatchers:
             yield "moe_backend", TrialConfig(**dispatch)
         for dispatch in (ALLTOALL, deepep):
             yield "moe_backend", TrialConfig(**dispatch, overlap_moe_expert_parallel_comm=True)
-    if base.tp > 1:
+    tp_overlap = base.tp > 1 and base.sequence_parallel and True in axes.tp_comm_overlap
+    if tp_overlap:
         yield "tp_overlap", TrialConfig(tp_comm_overlap=True)
     for fp8 in axes.fp8:
         yield "fp8", TrialConfig(fp8=fp8)
-    tier_a = {"fp8": next((f for f in axes.fp8 if f != "none"), axes.fp8[0]), "cross_entropy_loss_fusion": True,
-              "overlap_grad_reduce": True, "tp_comm_overlap": base.tp > 1 and True in axes.tp_comm_overlap}
+    fp8 = next((f for f in axes.fp8 if f != "none"), axes.fp8[0])
+    tier_a = {"fp8": fp8, **m.fixed,
+              "tp_comm_overlap": tp_overlap and not (m.rocm and fp8 != "none")}  # Primus's ROCm TP overlap: no FP8
     if moe_ep:
         tier_a |= deepep
     yield "tier_a", TrialConfig(**tier_a)

@@ -11,18 +11,27 @@ Megatron allows it: PP = EP = 1). GBS stays the workload's: it is the training r
 Every axis holds only the values the rules allow (`oracle.constraints`: the cluster's stack, the
 workload's precision, the user's pins), so a knob the stack lacks never appears. Sync-free MoE stages
 are not searched: their effect is not modelled (`oracle.stacks`).
-Fused cross-entropy and overlapped gradient reduction are always on: in the oracle they cost no
-memory and no time, so their off states are dominated and cannot hold the optimum.
+Fused cross-entropy and overlapped gradient reduction are on (unless the user pins them off): in the
+oracle they cost no memory and no time, so their off states are dominated and cannot hold the optimum.
+A user's pin on any other knob is written into the workload (`oracle.constraints.pinned`), and each
+point of such a search is checked against every rule.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from oracle.constraints import Rule, allowed, canonical, search_axes, search_rules
+from oracle.constraints import (
+    Rule,
+    allowed,
+    canonical,
+    rule_violations,
+    search_axes,
+    search_rules,
+)
 from oracle.identity_cache import by_identity
 from oracle.legality import validate
 from oracle.performance.bound import KnobVariants
@@ -50,13 +59,23 @@ class Menu:
     """The feature-knob values the rules allow on one search, read once (`knob_points` combines them)."""
 
     recomputes: tuple[str, ...]
+    full_recompute: dict  # the user's pinned recompute_method / recompute_num_layers for full recompute
     fp8s: tuple[str, ...]
     dispatchers: tuple[dict, ...]  # MoE dispatch options (EP > 1)
+    plain_moe: dict  # the MoE knobs of a point without EP: dispatcher settings off
     ep_overlaps: tuple[bool, ...]
     tp_overlaps: tuple[bool, ...]
-    fsdp: tuple[bool, ...]
+    sharding: tuple[tuple[bool, bool], ...]  # (torch FSDP2, distributed optimizer)
+    fixed: dict  # always-on settings (fused loss, overlapped grad reduce) as the rules allow them
     rules: tuple[Rule, ...]
     rocm: bool  # Primus's ROCm TP overlap does not run under FP8 (legality `tp_overlap_fp8_rocm`)
+    graphs: bool  # CUDA graphs on: full recompute is out (legality `cuda_graph_recompute`)
+    check: Callable[[TrialConfig], bool] | None  # with pins on other knobs, each point is also validated
+
+
+def _first_allowed(rules: tuple[Rule, ...], knob: str, preferred: list) -> object:
+    """The first of `preferred` the rules allow (the last one when none is: the point is then refused)."""
+    return (allowed(rules, knob, preferred) or preferred[-1:])[0]
 
 
 @by_identity()
@@ -64,19 +83,56 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
     """The rules' allowed values of every feature knob of this search."""
     rules = search_rules(workload, cluster)
     axes = search_axes(workload, cluster)
+    fix = cluster.search.fix
 
     def ok(option: dict) -> bool:
         return all(allowed(rules, k, [v]) for k, v in option.items())
 
     # Megatron's flex backends are CUDA libraries: on ROCm DeepEP is Primus-Turbo's (legality `flex_rocm`).
-    deepep = TURBO_DEEPEP if cluster.gpu.vendor == "amd" else FLEX_DEEPEP
-    dispatchers = tuple(d for d in (ALLGATHER, ALLTOALL, deepep) if ok(d))
-    return Menu(recomputes=tuple(allowed(rules, "recompute_granularity", ["none", "selective", "full"])),
-                fp8s=tuple(f for f in axes.fp8 if f != "e4m3") or tuple(axes.fp8),
-                dispatchers=dispatchers, ep_overlaps=tuple(axes.overlap_moe_expert_parallel_comm),
-                tp_overlaps=tuple(axes.tp_comm_overlap),
-                fsdp=tuple(allowed(rules, "use_torch_fsdp2", [False, True])), rules=rules,
-                rocm=cluster.gpu.vendor == "amd")
+    # Sync-free stages are not searched: off, unless the user pins a stage (then only Turbo DeepEP runs it).
+    stage = fix.get("sync_free_stage", 0)
+    if stage:
+        options: tuple[dict, ...] = ({**TURBO_DEEPEP, "sync_free_stage": stage},)
+    else:
+        deepep = TURBO_DEEPEP if cluster.gpu.vendor == "amd" else FLEX_DEEPEP
+        options = tuple({**d, "sync_free_stage": 0} for d in (ALLGATHER, ALLTOALL, deepep))
+    off_moe = {"use_turbo_deepep": False, "sync_free_stage": 0}
+    sharding = tuple(x for x in ((False, True), (True, False))
+                     if allowed(rules, "use_torch_fsdp2", [x[0]]) and allowed(rules, "use_distributed_optimizer", [x[1]]))
+    fp8s = [f for f in axes.fp8 if f != "e4m3" or "hybrid" not in axes.fp8]  # E4M3 projects as hybrid does
+    graphs = workload.training.cuda_graph_impl != "none"
+    return Menu(recomputes=tuple(r for r in allowed(rules, "recompute_granularity", ["none", "selective", "full"])
+                                 if not (graphs and r == "full")),
+                full_recompute={k: fix[k] for k in ("recompute_method", "recompute_num_layers") if k in fix},
+                fp8s=tuple(fp8s), dispatchers=tuple(d for d in options if ok(d)),
+                plain_moe=off_moe if ok(off_moe) else {},
+                ep_overlaps=tuple(axes.overlap_moe_expert_parallel_comm), tp_overlaps=tuple(axes.tp_comm_overlap),
+                sharding=sharding or ((False, False),),
+                fixed={"cross_entropy_loss_fusion": _first_allowed(rules, "cross_entropy_loss_fusion", [True, False]),
+                       "overlap_grad_reduce": _first_allowed(rules, "overlap_grad_reduce", [True, False])},
+                rules=rules, rocm=cluster.gpu.vendor == "amd", graphs=graphs,
+                check=_checker(workload, cluster, rules) if _named(cluster) - NATIVE_CONSTRAINTS else None)
+
+
+# Knobs whose pins and limits the space applies itself (each is an axis filtered by the rules, and its
+# cross-rules are built in): a constraint on any other knob turns the per-point check on.
+NATIVE_CONSTRAINTS = frozenset({"tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "pp_schedule", "recompute_granularity",
+                                "fp8", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "use_torch_fsdp2"})
+
+
+def _named(cluster: ClusterSpec) -> set[str]:
+    s = cluster.search
+    return set(s.fix) | set(s.allow) | set(s.exclude)
+
+
+def _checker(workload: Workload, cluster: ClusterSpec, rules: tuple[Rule, ...]) -> Callable[[TrialConfig], bool]:
+    """Whether a point is legal and every rule allows it: the space is legal by construction under the
+    stack's rules, the precision rule and constraints on its own axes, but a user's pin on another knob
+    can meet any legality rule."""
+    def check(trial: TrialConfig) -> bool:
+        cfg = workload.effective(trial)
+        return not validate(workload.model, cfg, cluster) and not rule_violations(rules, cfg)
+    return check
 
 
 def bound_variants(m: Menu) -> KnobVariants:
@@ -150,7 +206,7 @@ def split_knobs(split: PipelineSplit) -> dict:
 
 def _rules_allow(rules: tuple[Rule, ...], layout: dict) -> bool:
     """Whether every rule on a layout knob allows the layout's value."""
-    return all(canonical(layout[r.knob]) in r.values for r in rules if r.knob in layout)
+    return all(canonical(r.knob, layout[r.knob]) in r.values for r in rules if r.knob in layout)
 
 
 def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> bool:
@@ -163,32 +219,38 @@ def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> boo
 
 def knob_points(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> Iterator[TrialConfig]:
     """Every legal combination of feature knobs on one layout."""
-    for recompute, moes, precisions, fsdps in _knob_axes(layout, m, moe_ep, sp):
-        for moe, (fp8, tp_overlap), fsdp in product(moes, precisions, fsdps):
-            yield TrialConfig(**layout, recompute_granularity=recompute, fp8=fp8, **moe, tp_comm_overlap=tp_overlap,
-                              use_torch_fsdp2=fsdp, use_distributed_optimizer=not fsdp,
-                              cross_entropy_loss_fusion=True, overlap_grad_reduce=True)
+    for recompute, moes, precisions, shardings in _knob_axes(layout, m, moe_ep, sp):
+        full = m.full_recompute if recompute == "full" else {}
+        for moe, (fp8, tp_overlap), (fsdp, distopt) in product(moes, precisions, shardings):
+            trial = TrialConfig(**layout, recompute_granularity=recompute, **full, fp8=fp8, **moe,
+                                tp_comm_overlap=tp_overlap, use_torch_fsdp2=fsdp, use_distributed_optimizer=distopt,
+                                **m.fixed)
+            if m.check is None or m.check(trial):
+                yield trial
 
 
 def knob_count(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> int:
-    """How many points `knob_points` yields, without building them."""
+    """How many points `knob_points` yields (without building them, unless user pins need checking)."""
+    if m.check is not None:
+        return sum(1 for _ in knob_points(layout, m, moe_ep, sp))
     return sum(prod(len(axis) for axis in axes) for _, *axes in _knob_axes(layout, m, moe_ep, sp))
 
 
 def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
     """Per recompute mode of one layout: (mode, MoE options (dispatch with EP overlap), (FP8, TP overlap)
-    pairs, FSDP settings).
+    pairs, (FSDP2, distributed optimizer) pairs).
 
     Zero-bubble schedules run without recompute (Primus's zero-bubble patches); the dispatcher and EP
-    overlap only act with EP > 1, EP overlap only with the all-to-all or flex dispatcher, without full
-    recompute and, under PP, with the interleaved schedule (`oracle.legality._overlap_rules`); TP
-    overlap needs sequence parallelism and, on ROCm, no FP8; torch FSDP2 needs PP = EP = 1 (Megatron-LM
-    arguments.py).
-    Where a knob does not apply it stays off, and a layout whose rules forbid off has no points."""
+    overlap only act with EP > 1 (without, they are off), EP overlap only with the all-to-all or flex
+    dispatcher, without full recompute and, under PP, with the interleaved schedule
+    (`oracle.legality._overlap_rules`); TP overlap needs sequence parallelism and, on ROCm, no FP8;
+    torch FSDP2 needs PP = EP = 1 (Megatron-LM arguments.py). Where a knob does not apply it stays
+    off, and a layout whose rules forbid off has no points."""
     recomputes = ("none",) if layout["pp_schedule"] in ("zb", "zbv") else m.recomputes
     overlap_ok = layout["pp"] == 1 or layout["pp_schedule"] == "interleaved"
     tp_overlaps = tuple(x for x in (m.tp_overlaps if sp else (False,)) if x in m.tp_overlaps)
-    fsdp = tuple(x for x in (m.fsdp if layout["pp"] == 1 and layout["ep"] == 1 else (False,)) if x in m.fsdp)
+    fsdp_ok = layout["pp"] == 1 and layout["ep"] == 1
+    sharding = tuple(x for x in m.sharding if fsdp_ok or not x[0])
     precisions = tuple((f, o) for f in m.fp8s for o in tp_overlaps if not (o and m.rocm and f != "none"))
     out = []
     for r in recomputes:
@@ -198,6 +260,6 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
             moes = tuple({**d, "overlap_moe_expert_parallel_comm": o} for d in m.dispatchers for o in m.ep_overlaps
                          if not o or (overlap_ok and r != "full" and d["moe_token_dispatcher_type"] != "allgather"))
         else:
-            moes = tuple({"overlap_moe_expert_parallel_comm": False} for o in m.ep_overlaps if not o)
-        out.append((r, moes, precisions, fsdp))
+            moes = tuple({**m.plain_moe, "overlap_moe_expert_parallel_comm": False} for o in m.ep_overlaps if not o)
+        out.append((r, moes, precisions, sharding))
     return out

@@ -98,8 +98,9 @@ TOOLS: dict[str, str] = {
         "reason when no LLM is configured or LiteLLM is missing. Returns the answer text and its usage."
     ),
     "run_seed_plan": (
-        "Score the deterministic seed plan: single-axis sweeps around the baseline (recompute, MoE backend, "
-        "FP8, schedules, neighbours, DP sharding, a coarse parallelism grid). Each candidate gets a free "
+        "Score the deterministic seed plan: single-axis sweeps around the baseline (recompute, MoE dispatcher "
+        "and EP overlap, TP overlap, FP8 where allowed, schedules, neighbours, DP sharding, a coarse "
+        "parallelism grid), only what the cluster's stack and the search constraints allow. Each candidate gets a free "
         "memory check and, when it fits, one simulate call of budget (at most `budget` calls, default the "
         "run's max_perf_calls); already-scored candidates are free. Takes seconds; reports progress. Returns "
         "the counts, whether the budget ran out and the incumbent."

@@ -47,6 +47,7 @@ MLM_HAND_FLAGS = {
     "--fp16": "_add_mixed_precision_args", "--use-torch-fsdp2": "_add_distributed_args",
     "--no-gradient-accumulation-fusion": "_add_training_args (dest gradient_accumulation_fusion)",
     "--num-experts": "_add_moe_args (TransformerConfig.num_moe_experts)",
+    "--microbatch-group-size-per-virtual-pipeline-stage": "_add_distributed_args (microbatch_group_size_per_vp_stage)",
 }
 # Primus keys (AMD-AGI/Primus fd1eeab) the overlay may write, with the file that defines each.
 LM, TB, PT = ("primus/configs/models/megatron/language_model.yaml", "primus/configs/modules/megatron/trainer_base.yaml",
@@ -58,12 +59,14 @@ PRIMUS_KEYS = {
                      "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
                      "decoder_last_pipeline_num_layers", "sequence_parallel", "cross_entropy_loss_fusion",
                      "gradient_accumulation_fusion", "moe_token_dispatcher_type", "moe_router_dtype",
-                     "moe_use_legacy_grouped_gemm", "moe_shared_expert_overlap", "tp_comm_overlap"), LM),
+                     "moe_use_legacy_grouped_gemm", "moe_shared_expert_overlap", "tp_comm_overlap", "moe_grouped_gemm",
+                     "microbatch_group_size_per_vp_stage", "group_query_attention"), LM),
     **dict.fromkeys(("account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
                      "micro_batch_size", "recompute_granularity", "recompute_method", "recompute_num_layers", "fp8",
                      "fp8_param_gather", "grad_reduce_in_bf16", "use_torch_fsdp2", "use_megatron_fsdp",
                      "data_parallel_sharding_strategy", "overlap_grad_reduce", "optimizer_cpu_offload",
-                     "overlap_moe_expert_parallel_comm"), TB),
+                     "overlap_moe_expert_parallel_comm", "use_precision_aware_optimizer", "main_grads_dtype",
+                     "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"), TB),
     **dict.fromkeys(("global_batch_size", "use_distributed_optimizer", "seq_length"), PT),
     **dict.fromkeys(("enable_primus_turbo", "use_turbo_grouped_gemm", "use_turbo_deepep", "turbo_sync_free_moe_stage"), TU),
     **dict.fromkeys(("patch_zero_bubble", "zero_bubble_v_schedule"), ZB),
@@ -99,8 +102,13 @@ def test_megatron_lm_command_uses_only_megatron_flags_and_names_every_knob():
             if spec.megatron_lm and knob_available(name, "megatron-lm", "nvidia"):
                 assert spec.megatron_lm in stated, name
         assert set(off) <= set(_flags(off_line))
-    assert "--num-virtual-stages-per-pipeline-rank 2" in plan.command or "--recompute-modules" in plan.command
+        if trial.vpp == 2:
+            assert "--num-virtual-stages-per-pipeline-rank 2" in body and "--decoder-last-pipeline-num-layers 5" in body
+        if trial.recompute_modules:
+            assert "--recompute-modules mla_up_proj mlp" in body
     assert all(_flag_ok(f.split()[0]) for f in model_flags(w.model, 4096))
+    dense, _ = example("llama70b")
+    assert "--moe-router-topk" not in " ".join(model_flags(dense.model, 8192))  # no MoE flags for a dense model
 
 
 def test_megatron_lm_split_and_vpp_flags():
@@ -149,6 +157,7 @@ def test_primus_overlay_of_a_native_workload_carries_the_architecture():
     o = doc["modules"]["pre_trainer"]["overrides"]
     assert "extends" not in doc and doc["modules"]["pre_trainer"]["model"] == "language_model.yaml"
     assert o["num_layers"] == w.model.num_layers and o["hidden_size"] == w.model.hidden_size
+    assert o["group_query_attention"] is True and o["num_query_groups"] == w.model.num_query_groups
 
 
 def test_bridge_overrides_are_config_container_paths():
@@ -162,3 +171,5 @@ def test_bridge_overrides_are_config_container_paths():
     assert "comm_overlap.tp_comm_overlap=true" in overrides_ and "mixed_precision.fp8=null" in overrides_
     assert "ddp.use_distributed_optimizer=true" in overrides_ and "optimizer.use_distributed_optimizer=true" in overrides_
     assert "scripts/training/run_recipe.py" in launch_plan(cfg, w, c, "w.yaml").command
+    layout = hydra_overrides(w.effective(TrialConfig(pp_layout="Et|(t*10|)*7t*9L", vpp=1)), w, c)
+    assert 'model.pipeline_model_parallel_layout="Et|(t*10|)*7t*9L"' in layout  # quoted: |*() are Hydra grammar

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 import yaml
 
-from oracle.constraints import rule_violations, search_axes, search_rules
+from oracle.constraints import pinned, rule_violations, search_axes, search_rules
 from oracle.errors import InputError
 from oracle.evaluate import evaluate_memory_only
 from oracle.inputs import load_cluster, load_workload
@@ -19,7 +19,13 @@ from oracle.specs import TrialConfig
 from oracle.specs.search import SearchConstraints
 from planner import sweep as sweep_module
 from planner.seed_plan import seed_plan
-from planner.space import enumerate_layouts, enumerate_space
+from planner.space import (
+    enumerate_layouts,
+    enumerate_space,
+    knob_points,
+    layout_knobs,
+    menu,
+)
 from planner.sweep import sweep
 
 from .conftest import EXAMPLES, example
@@ -49,6 +55,12 @@ def _mixtral_on(cluster_file: str):
 def _slice(w, c):
     """A slice of the Mixtral space holding every schedule and dispatcher (TP 1, PP 4, CP 1, MBS 1)."""
     return [x for x in enumerate_layouts(w, c) if x["tp"] == 1 and x["pp"] == 4 and x["cp"] == 1 and x["mbs"] == 1]
+
+
+def _points(w, c):
+    """Every point of the Mixtral slice (`_slice`)."""
+    m = menu(w, c)
+    return [t for x in _slice(w, c) for t in knob_points(*layout_knobs(w, x, m))]
 
 
 def test_an_h100_cluster_offers_no_rocm_only_knob(monkeypatch):
@@ -85,8 +97,8 @@ def test_an_mi355x_primus_cluster_offers_no_nvidia_only_knob(monkeypatch):
     assert not _nvidia_only(TrialConfig(**{k: v for k, v in cfg.items() if k in TrialConfig.model_fields}))
     flex = evaluate_memory_only(w, c, TrialConfig(moe_token_dispatcher_type="flex"))
     assert "flex_rocm" in {v.code for v in flex.violations}
-    hybrid = evaluate_memory_only(w, c, TrialConfig(moe_flex_dispatcher_backend="hybridep"))
-    assert "stack_knob" in {v.code for v in hybrid.violations}
+    hybrid = evaluate_memory_only(w, c, TrialConfig(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep"))
+    assert {"stack_knob", "flex_rocm"} <= {v.code for v in hybrid.violations}
 
 
 @pytest.mark.parametrize("cluster_file", ["h100-8n.yaml", "mi355x-4n.yaml"])
@@ -168,3 +180,48 @@ def test_mcp_tools_honour_the_cluster_files_search_block(tmp_path):
         assert not refused["legal"] and refused["violations"][0]["code"] == "constraint_fix"
         check = call("validate_config", config={"cuda_graph_impl": "transformer_engine"}).structured_content  # NVIDIA-only
         assert "stack_knob" in {v["code"] for v in check["violations"]}
+
+
+def test_off_spellings_pins_on_unsearched_knobs_and_stale_primus_settings_keep_the_space_legal():
+    w, c = _mixtral_on("mi355x-4n.yaml")
+    # Megatron's own "none" for CUDA graphs is the baseline, not a different (graphed) layout
+    assert w.effective(TrialConfig(cuda_graph_impl="none")).key == w.effective().key
+    assert evaluate_memory_only(w, c, TrialConfig(cuda_graph_impl="none")).legal
+    pins = SearchConstraints(fix={"cross_entropy_loss_fusion": False, "recompute_method": "block",
+                                  "recompute_num_layers": 1, "cuda_graph_impl": "none"})
+    pinned_c = c.model_copy(update={"search": pins})
+    pinned_w = pinned(w, pinned_c)
+    points = _points(pinned_w, pinned_c)
+    cfgs = [pinned_w.effective(t) for t in points]
+    assert cfgs and not any(c_.cross_entropy_loss_fusion for c_ in cfgs)
+    assert {(c_.recompute_method, c_.recompute_num_layers) for c_ in cfgs if c_.recompute_granularity == "full"} == {("block", 1)}
+    rules = search_rules(pinned_w, pinned_c)
+    assert not [x for x in cfgs if validate(w.model, x, pinned_c) or rule_violations(rules, x)]
+    # a workload that sets Primus-Turbo DeepEP and sync-free stage 2: without EP both are off, with EP
+    # the stage is not searched, and no two points are the same layout
+    turbo = w.model_copy(update={"training": w.training.model_copy(update={"use_turbo_deepep": True,
+                                                                           "turbo_sync_free_moe_stage": 2})})
+    slice_ = _points(turbo, c)
+    keys = [turbo.effective(t).key for t in slice_]
+    assert len(keys) == len(set(keys)) and {t.sync_free_stage for t in slice_} == {0}
+    assert not [t for t in slice_ if validate(w.model, turbo.effective(t), c)]
+
+
+def test_sync_free_stages_are_validated_as_primus_does_but_not_searched():
+    w, c = _mixtral_on("mi355x-4n.yaml")
+    assert search_axes(w, c).sync_free_stage == [0, 1, 2, 3]  # legal on Primus, so a user may set it
+    assert evaluate_memory_only(w, c, TrialConfig(use_turbo_deepep=True, sync_free_stage=2, etp=1)).legal
+    assert "sync_free_etp" in {v.code for v in evaluate_memory_only(
+        w, c, TrialConfig(use_turbo_deepep=True, sync_free_stage=2, etp=2)).violations}
+    assert not any(t.sync_free_stage for t in _points(w, c))
+
+
+def test_a_proposal_a_constraint_refuses_spends_no_budget(tmp_path):
+    with in_process(tmp_path) as (server, _), portal_client(server) as (portal, client):
+        def call(name, **args):
+            return portal.call(client.call_tool, name, args).structured_content
+
+        before = call("get_budget_status")["fidelities"]["simulate"]["spent"]
+        refused = call("evaluate_simulate", config={"fp8": "hybrid"})  # the workload is BF16
+        assert refused["result"]["violations"][0]["code"] == "constraint_precision"
+        assert call("get_budget_status")["fidelities"]["simulate"]["spent"] == before

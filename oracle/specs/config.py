@@ -70,6 +70,9 @@ KNOB_TO_ARG: dict[str, str] = {
     "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
     "cuda_graph_impl": "cuda_graph_impl",
 }
+# Knobs whose "none" spelling means the feature is off (None in EffectiveConfig); cuda_graph_impl keeps
+# Megatron's own "none" value.
+NONE_IS_NULL = frozenset({"recompute_granularity", "fp8", "pp_layout"})
 # The knobs that together are the pipeline split: a trial that sets one of them replaces the whole
 # split (the ones it leaves out take Megatron's defaults), since Megatron refuses mixed mechanisms.
 SPLIT_KNOBS = ("pp_layout", "pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split")
@@ -130,7 +133,7 @@ class TrialConfig(BaseModel):
 
     def overrides(self) -> dict[str, object]:
         """Training-argument overrides this trial sets, in Megatron names."""
-        return {KNOB_TO_ARG[knob]: None if value == "none" else value
+        return {KNOB_TO_ARG[knob]: None if value == "none" and knob in NONE_IS_NULL else value
                 for knob, value in self.__dict__.items() if value is not None}
 
 
@@ -239,7 +242,7 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
     for knob in set_knobs:  # an unset knob holds its default, None
         value = knobs[knob]
         if value is not None:
-            fields[knob] = None if value == "none" else value
+            fields[knob] = None if value == "none" and knob in NONE_IS_NULL else value
     if "recompute_modules" in set_knobs and "recompute_granularity" not in set_knobs and knobs["recompute_modules"]:
         fields["recompute_granularity"] = "selective"  # modules only act under selective recompute
     tp = fields["tp"]

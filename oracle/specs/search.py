@@ -18,6 +18,8 @@ def _check(knob: str, value: Any) -> Any:
     """`value` as TrialConfig holds it for `knob` (raises ValueError naming the knob when illegal)."""
     if knob not in TrialConfig.model_fields:
         raise ValueError(f"unknown knob {knob!r} (one of {', '.join(TrialConfig.model_fields)})")
+    if value is None:
+        raise ValueError(f"{knob}: a value is needed (write none for a feature that is off)")
     try:
         return TrialConfig(**{knob: value}).__dict__[knob]
     except ValidationError as exc:
@@ -37,8 +39,12 @@ class SearchConstraints(BaseModel):
     def _known(self) -> "SearchConstraints":
         fix = {k: _check(k, v) for k, v in self.fix.items()}
         allow = {k: tuple(_check(k, v) for v in values) for k, values in self.allow.items()}
+        empty = [k for k, values in allow.items() if not values]
+        if empty:
+            raise ValueError(f"{', '.join(empty)}: allow at least one value")
         for k in self.exclude:
-            _check(k, None)
+            if k not in TrialConfig.model_fields:
+                raise ValueError(f"unknown knob {k!r} (one of {', '.join(TrialConfig.model_fields)})")
         both = (set(fix) & set(allow)) | (set(fix) & set(self.exclude)) | (set(allow) & set(self.exclude))
         if both:
             raise ValueError(f"{', '.join(sorted(both))}: a knob is fixed, allowed or excluded, not several")

@@ -16,7 +16,9 @@ def print_result(result: EvalResult, workload: Workload, cluster: ClusterSpec) -
     console.print("layout: " + " ".join(f"{k}={cfg[k]}" for k in ("tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "gbs")))
     console.print("knobs:  " + " ".join(
         f"{k}={cfg[k]}" for k in ("pp_schedule", "recompute_granularity", "fp8", "use_distributed_optimizer",
-                                  "use_torch_fsdp2", "use_turbo_deepep", "sync_free_stage")))
+                                  "use_torch_fsdp2", "moe_token_dispatcher_type", "use_turbo_deepep",
+                                  "overlap_moe_expert_parallel_comm", "tp_comm_overlap")))
+    console.print(f"stack:  {cluster.stack_text}")
     if not result.legal:
         console.print("[red]illegal[/]:")
         for v in result.violations:

@@ -29,16 +29,35 @@ def add_search_arguments(p: argparse.ArgumentParser) -> None:
 
 def _pair(text: str, flag: str) -> tuple[str, str]:
     knob, sep, value = text.partition("=")
-    if not sep or not knob.strip():
+    if not sep or not knob.strip() or not value.strip():
         raise InputError(f"expected KNOB=VALUE, got {text!r}", key=flag)
     return knob.strip(), value
 
 
+def _yaml(text: str, flag: str) -> object:
+    """A value as YAML reads it (`[a, b]` a list, `true` a bool, `2` an int)."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InputError(f"cannot read {text!r} ({str(exc).splitlines()[0]})", key=flag) from None
+
+
 def constraints_from_args(args: argparse.Namespace) -> SearchConstraints:
-    """The constraints the command line states (empty when it states none)."""
-    fix = {k: yaml.safe_load(v) for k, v in (_pair(t, "--fix") for t in args.fix)}
-    allow = {k: tuple(yaml.safe_load(x) for x in v.split(",") if x.strip())
-             for k, v in (_pair(t, "--allow") for t in args.allow)}
+    """The constraints the command line states (empty when it states none); `--allow` values are a
+    comma-separated YAML sequence, so a list value is written in brackets
+    (`--allow recompute_modules=[core_attn,mlp],[mlp]`)."""
+    fix = {k: _yaml(v, "--fix") for k, v in (_pair(t, "--fix") for t in args.fix)}
+    allow: dict[str, tuple] = {}
+    for knob, values in (_pair(t, "--allow") for t in args.allow):
+        if knob in allow:
+            raise InputError(f"{knob} is named twice: give all its values in one --allow", key="--allow")
+        parsed = _yaml(f"[{values}]", "--allow")
+        allow[knob] = tuple(parsed) if isinstance(parsed, list) else (parsed,)
+    for flag, names in (("--fix", fix), ("--allow", allow), ("--exclude", args.exclude)):
+        try:
+            SearchConstraints(**{flag[2:]: names if flag != "--exclude" else tuple(names)})
+        except ValidationError as exc:
+            raise InputError(exc.errors()[0]["msg"].removeprefix("Value error, "), key=flag) from None
     try:
         return SearchConstraints(fix=fix, allow=allow, exclude=tuple(args.exclude))
     except ValidationError as exc:

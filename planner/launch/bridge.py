@@ -10,20 +10,24 @@ import shlex
 from oracle.specs import ClusterSpec, EffectiveConfig, Workload
 from oracle.stacks import KNOB_SPECS
 
-from .settings import knob_values
+from .settings import COMPANIONS, companions, knob_values
 
 # Bridge keeps these pairs in step (config.py: either on turns both on), so both are written.
 _TWINS = {"ddp.use_distributed_optimizer": "optimizer.use_distributed_optimizer"}
 
 
 def _value(value: object) -> str:
+    """A Hydra override value: null, true/false, [a,b], numbers bare, other strings quoted (a layout
+    string's `|*()` are Hydra grammar)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (tuple, list)):
         return "[" + ",".join(str(v) for v in value) + "]"
-    return str(value)
+    if isinstance(value, (int, float)):
+        return str(value)
+    return f'"{value}"' if any(c in str(value) for c in "|*()[]{},=") else str(value)
 
 
 def hydra_overrides(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) -> list[str]:
@@ -34,6 +38,8 @@ def hydra_overrides(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSp
         out.append(f"{path}={_value(value)}")
         if path in _TWINS:
             out.append(f"{_TWINS[path]}={_value(value)}")
+    out += [f"{COMPANIONS[dest][1]}={_value(value)}"
+            for dest, value in companions(cfg, workload.model, cluster.gpu.vendor).items()]
     out += [f"model.sequence_parallel={_value(cfg.sequence_parallel and cfg.tp > 1)}",
             f"model.seq_length={cfg.seq_length}", f"comm_overlap.overlap_param_gather={_value(workload.training.overlap_param_gather)}"]
     return out

@@ -9,7 +9,7 @@ import shlex
 from oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, Workload
 from oracle.stacks import KNOB_SPECS
 
-from .settings import knob_values
+from .settings import COMPANIONS, companions, knob_values
 
 # ModelArch field -> Megatron-LM flag (arguments.py `_add_network_size_args`, `_add_moe_args`,
 # `_add_mla_args`, `_add_multi_token_prediction_args` at core_v0.16.1).
@@ -39,7 +39,8 @@ def model_flags(model: ModelArch, seq_length: int) -> list[str]:
         value = fields.get(name)
         if value is None or (name == "mtp_num_layers" and not value) or (
                 name in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
-                and not model.multi_latent_attention) or (name == "moe_layer_freq" and not model.is_moe):
+                and not model.multi_latent_attention) or (
+                name in ("moe_layer_freq", "moe_router_topk") and not model.is_moe):
             continue
         out.append(f"{flag} {_text(value)}")
     if model.num_query_groups:
@@ -75,8 +76,14 @@ def layout_flags(cfg: EffectiveConfig, workload: Workload, vendor: str) -> tuple
         on.append("--overlap-param-gather")  # needs the distributed optimizer and --overlap-grad-reduce
     if cfg.use_torch_fsdp2:
         on.append("--no-gradient-accumulation-fusion")  # FSDP2 refuses it (arguments.py)
-    if cfg.optimizer_cpu_offload or cfg.use_precision_aware_optimizer:
-        on.append("--use-precision-aware-optimizer")  # --optimizer-cpu-offload requires it (arguments.py)
+    for dest, value in companions(cfg, workload.model, vendor).items():
+        flag = COMPANIONS[dest][0]
+        if value is True:
+            on.append(flag)
+        elif value is False:
+            off.append(flag)
+        else:
+            on.append(f"{flag} {_text(value)}")
     if cfg.use_flash_attn:
         on.append("--attention-backend flash")  # --use-flash-attn only reaches legacy models
     return on, off
@@ -93,5 +100,5 @@ def command(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) -> s
     flags = [*model_flags(model, cfg.seq_length), *on, dtype]
     lines = [f"{launcher} pretrain_gpt.py \\", *(f"    {f} \\" for f in flags), '    "$@"']
     if off:
-        lines.append(f"# off (the Megatron-LM default: these flags have no --no- form): {' '.join(off)}")
+        lines.append(f"# off (the Megatron-LM default: store_true flags with no --no- form, or value flags left unset): {' '.join(off)}")
     return "\n".join(lines)

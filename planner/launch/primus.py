@@ -16,7 +16,7 @@ from oracle.inputs.yaml_io import read_mapping, resolve_templates
 from oracle.specs import ClusterSpec, EffectiveConfig, Workload
 from oracle.stacks import KNOB_SPECS
 
-from .settings import knob_values, primus_extras
+from .settings import companions, knob_values, primus_extras
 
 OVERLAY_NAME = "winner.primus.yaml"
 # ModelArch fields that are not Megatron arguments
@@ -30,10 +30,10 @@ def overrides(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) ->
         key = KNOB_SPECS[name].primus
         if name == "grad_reduce_in_fp32":
             value = not value  # Primus's key is grad_reduce_in_bf16
-        elif name == "pp_schedule":
-            continue  # set by patch_zero_bubble / zero_bubble_v_schedule below
         out[key] = list(value) if isinstance(value, tuple) else value
-    return out | primus_extras(cfg) | {"seq_length": cfg.seq_length, "sequence_parallel": cfg.sequence_parallel}
+    extra = {k: list(v) if isinstance(v, tuple) else v
+             for k, v in companions(cfg, workload.model, cluster.gpu.vendor).items()}
+    return out | extra | primus_extras(cfg) | {"seq_length": cfg.seq_length, "sequence_parallel": cfg.sequence_parallel}
 
 
 def overlay(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec, workload_file: str) -> dict[str, Any]:
@@ -50,6 +50,8 @@ def overlay(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec, work
         module = {k: trainer[k] for k in ("framework", "config", "model") if k in trainer}
         return {"extends": [str(path)], **meta, "modules": {"pre_trainer": {**module, "overrides": layout}}}
     arch = {k: v for k, v in workload.model.model_dump().items() if k not in _NOT_ARGS and v is not None}
+    if workload.model.num_query_groups:  # Megatron reads num_query_groups only under GQA (arguments.py)
+        arch["group_query_attention"] = True
     module = {"framework": "megatron", "config": "pre_trainer.yaml", "model": "language_model.yaml"}
     return {**meta, "modules": {"pre_trainer": {**module, "overrides": arch | layout}}}
 

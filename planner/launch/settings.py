@@ -52,3 +52,38 @@ def primus_extras(cfg: EffectiveConfig) -> dict[str, object]:
     if cfg.use_torch_fsdp2:  # Megatron-LM arguments.py: FSDP2 refuses gradient-accumulation fusion
         out["gradient_accumulation_fusion"] = False
     return out
+
+
+# Settings the projection reads that are not search knobs, by their Megatron-LM dest, with the
+# Megatron-LM flag and the Megatron-Bridge path (Primus keys are the dests: trainer_base.yaml,
+# language_model.yaml).
+COMPANIONS = {
+    "data_parallel_sharding_strategy": ("--data-parallel-sharding-strategy", "ddp.data_parallel_sharding_strategy"),
+    "moe_grouped_gemm": ("--moe-grouped-gemm", "model.moe_grouped_gemm"),
+    "use_precision_aware_optimizer": ("--use-precision-aware-optimizer", "optimizer.use_precision_aware_optimizer"),
+    "main_grads_dtype": ("--main-grads-dtype", "optimizer.main_grads_dtype"),
+    "main_params_dtype": ("--main-params-dtype", "optimizer.main_params_dtype"),
+    "exp_avg_dtype": ("--exp-avg-dtype", "optimizer.exp_avg_dtype"),
+    "exp_avg_sq_dtype": ("--exp-avg-sq-dtype", "optimizer.exp_avg_sq_dtype"),
+    "cuda_graph_scope": ("--cuda-graph-scope", "model.cuda_graph_scope"),
+    "microbatch_group_size_per_vp_stage": ("--microbatch-group-size-per-virtual-pipeline-stage",
+                                           "model.microbatch_group_size_per_vp_stage"),
+}
+
+
+def companions(cfg: EffectiveConfig, model: ModelArch, vendor: str) -> dict[str, object]:
+    """dest -> value of the non-knob settings the projection depends on, where they apply."""
+    out: dict[str, object] = {}
+    if cfg.use_megatron_fsdp:
+        out["data_parallel_sharding_strategy"] = cfg.data_parallel_sharding_strategy
+    if model.is_moe:
+        out["moe_grouped_gemm"] = cfg.moe_grouped_gemm
+    if cfg.use_precision_aware_optimizer or cfg.optimizer_cpu_offload:  # offload requires it (arguments.py)
+        out |= {"use_precision_aware_optimizer": True, "main_grads_dtype": cfg.main_grads_dtype,
+                "main_params_dtype": cfg.main_params_dtype, "exp_avg_dtype": cfg.exp_avg_dtype,
+                "exp_avg_sq_dtype": cfg.exp_avg_sq_dtype}
+    if cfg.cuda_graph_impl != "none" and cfg.cuda_graph_scope and vendor == "nvidia":
+        out["cuda_graph_scope"] = cfg.cuda_graph_scope
+    if cfg.vpp > 1 and cfg.microbatch_group_size_per_vp_stage:
+        out["microbatch_group_size_per_vp_stage"] = cfg.microbatch_group_size_per_vp_stage
+    return out
