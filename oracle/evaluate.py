@@ -8,6 +8,7 @@ from .layout import layout_facts
 from .legality import validate
 from .memory import estimate_memory
 from .performance import simulate
+from .performance.calibration import calibrated
 from .pipeline_split import Stage
 from .specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
 from .specs.trusted import trusted
@@ -53,6 +54,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
     perf = simulate(model, cfg, cluster) if performance else None
     if perf is not None:
         breakdown.update({f"time_{k}_ms": v for k, v in perf.breakdown.items()})
+        breakdown["time_gpu_calibrated"] = float(calibrated(cluster.gpu))  # 0: constants borrowed from another family
     return trusted(EvalResult, {
         "legal": True, "reason": reason, "violations": [], "fits": fits,
         "memory_per_gpu_gb": mem.total_gb, "param_optimizer_gb": mem.param_optimizer_gb,

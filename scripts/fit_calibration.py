@@ -107,6 +107,7 @@ def main() -> None:
         report(rows)
         return
     data = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
+    data["calibrated_gpus"] = sorted({r.gpu for r in rows})  # GPUs with published rows in the fit
     for _ in range(ROUNDS):
         for group, (families, names, held) in GROUPS.items():
             if group == "amd-origami" and not origami_available():
@@ -144,7 +145,11 @@ def _dump(data: dict) -> str:
     fams = "\n".join(f"  {k}: {{{', '.join(f'{n}: {v[n]}' for n in FITTED)}}}" for k, v in data["families"].items())
     glob = "\n".join(f"  {k}: {v}" for k, v in data["global"].items())
     priors = "\n".join(f"  {k}: {v}" for k, v in data["priors"].items())
-    return f"{head}families:\n{fams}\nglobal:\n{glob}\npriors:\n{priors}\n"
+    copied = "\n".join(f"  {k}: {v}" for k, v in COPIES.items())
+    rows = ", ".join(data["calibrated_gpus"])
+    return (f"{head}families:\n{fams}\ncopied:\n{copied}\n"
+            f"# GPUs with published rows in the fit (others take their family's constants: uncalibrated)\n"
+            f"calibrated_gpus: [{rows}]\nglobal:\n{glob}\npriors:\n{priors}\n")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
 from oracle import catalog
+from oracle.performance.calibration import calibrated
 from oracle.errors import InputError
 
 from .session import Session
@@ -49,6 +50,11 @@ def register(server: MCPServer, session: Session) -> None:
         return _json({name: catalog.model_card(name) for name in catalog.model_names()})
 
     @server.resource("paratune://catalog/gpus", name="gpu_catalog", mime_type="application/json",
-                     description="Built-in GPUs: dense peaks, HBM, links; a cluster's gpu_arch names one.")
+                     description="Built-in GPUs: dense peaks, HBM, links, whether published rows calibrate "
+                                 "it, and the other names a cluster's gpu_arch may use for it.")
     def gpus() -> str:
-        return _json({name: catalog.gpu_card(name) for name in catalog.gpu_names()})
+        aliases: dict[str, list[str]] = {}
+        for alias, name in catalog.gpu_aliases().items():
+            aliases.setdefault(name, []).append(alias)
+        return _json({name: {**catalog.gpu_card(name), "aliases": sorted(aliases.get(name, [])),
+                             "calibrated": calibrated(catalog.gpu(name))} for name in catalog.gpu_names()})

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
 
-from ..catalog import gpu, gpu_card
+from ..catalog import gpu, gpu_card, gpu_name
 from ..errors import InputError
 from ..specs import Budget, ClusterSpec, GPUSpec
 from ..specs.search import SearchConstraints
@@ -62,6 +62,10 @@ class _ClusterFile(BaseModel):
 
 
 def _gpu_with_overrides(arch: str, overrides: dict[str, Any], file: str) -> GPUSpec:
+    """The catalog GPU `arch` with the `hardware:` figures over it; a GPU the catalog lacks is built from
+    the `hardware:` block alone (then every GPUSpec figure must be there)."""
+    if gpu_name(arch) is None and overrides:
+        return build(GPUSpec, {"name": arch, **overrides}, file=file, prefix="hardware.")
     base = gpu(arch, file=file)
     if not overrides:
         return base

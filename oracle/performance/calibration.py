@@ -66,6 +66,12 @@ def constants_for(family: str) -> Constants:
                      **priors)
 
 
+def calibrated(gpu: GPUSpec) -> bool:
+    """Whether published training rows of this very GPU were in the fit (`calibrated_gpus` in
+    calibration.yaml); any other GPU runs on its family's, or a borrowed family's, constants."""
+    return gpu.name in _load()["calibrated_gpus"]
+
+
 def constants(gpu: GPUSpec) -> Constants:
     return constants_for(family_of(gpu))
 

@@ -8,13 +8,14 @@ import sys
 
 from oracle.errors import InputError
 
-from . import project, serve, tune
+from . import catalog, project, serve, tune
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="paratune", description=__doc__)
     verbs = parser.add_subparsers(dest="verb", required=True)
     project.register(verbs)
+    catalog.register(verbs)
     tune.register(verbs)
     serve.register(verbs)
     return parser

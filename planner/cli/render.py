@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from oracle.performance.calibration import calibrated
 from oracle.specs import ClusterSpec, EvalResult, Workload
 
 
@@ -19,6 +20,9 @@ def print_result(result: EvalResult, workload: Workload, cluster: ClusterSpec) -
                                   "use_torch_fsdp2", "moe_token_dispatcher_type", "use_turbo_deepep",
                                   "overlap_moe_expert_parallel_comm", "tp_comm_overlap")))
     console.print(f"stack:  {cluster.stack_text}")
+    if not calibrated(cluster.gpu):
+        console.print(f"[yellow]{cluster.gpu.name} is uncalibrated[/]: no published training rows of it were fitted; "
+                      f"it runs on the {cluster.gpu.family} family's constants (oracle/performance/calibration.yaml)")
     if not result.legal:
         console.print("[red]illegal[/]:")
         for v in result.violations:
