@@ -9,8 +9,8 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
 from oracle import catalog
-from oracle.performance.calibration import calibrated
 from oracle.errors import InputError
+from oracle.performance.calibration import calibrated
 
 from .session import Session
 
@@ -53,8 +53,6 @@ def register(server: MCPServer, session: Session) -> None:
                      description="Built-in GPUs: dense peaks, HBM, links, whether published rows calibrate "
                                  "it, and the other names a cluster's gpu_arch may use for it.")
     def gpus() -> str:
-        aliases: dict[str, list[str]] = {}
-        for alias, name in catalog.gpu_aliases().items():
-            aliases.setdefault(name, []).append(alias)
-        return _json({name: {**catalog.gpu_card(name), "aliases": sorted(aliases.get(name, [])),
+        aliases = catalog.aliases_of()
+        return _json({name: {**catalog.gpu_card(name), "aliases": aliases.get(name, []),
                              "calibrated": calibrated(catalog.gpu(name))} for name in catalog.gpu_names()})

@@ -37,6 +37,14 @@ def gpu_aliases() -> dict[str, str]:
     return dict(_load("gpus.yaml").get("aliases", {}))
 
 
+def aliases_of() -> dict[str, list[str]]:
+    """Catalog GPU -> the other names accepted for it."""
+    out: dict[str, list[str]] = {}
+    for alias, name in sorted(gpu_aliases().items()):
+        out.setdefault(name, []).append(alias)
+    return out
+
+
 def gpu_name(text: str) -> str | None:
     """The catalog GPU a user's name means (case-insensitive, '_' / ' ' as '-', aliases), or None."""
     key = text.strip().lower().replace("_", "-").replace(" ", "-")

@@ -8,9 +8,16 @@ from typing import Any
 from ..catalog import model_card, model_names
 from ..errors import InputError
 from ..specs import ModelArch, TrainingArgs, Workload
+from .hf_config import hf_card, is_hf_config
 from .primus_tree import find_primus_root, resolve_trainer
 from .stack_vocabulary import stack_arguments
-from .yaml_io import build, deep_merge, read_mapping, resolve_templates, unknown_key_error
+from .yaml_io import (
+    build,
+    deep_merge,
+    read_mapping,
+    resolve_templates,
+    unknown_key_error,
+)
 
 MODEL_KEYS = set(ModelArch.model_fields) - {"name", "source"}
 TRAINING_KEYS = set(TrainingArgs.model_fields)
@@ -41,8 +48,11 @@ def _extends_list(value: Any, file: str) -> list[str]:
 
 
 def _card(ref: str, base_dir: Path, file: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A model card from a catalog name or a YAML file, following its `extends:` chain (deep-merged)."""
+    """A model card from a catalog name, a Hugging Face config.json (or its folder), or a YAML file,
+    following its `extends:` chain (deep-merged)."""
     path = (base_dir / ref).resolve()
+    if is_hf_config(path):
+        return hf_card(path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if str(path) in seen:
             raise InputError(f"extends cycle through {path.name}", file=file, key="extends")
@@ -161,8 +171,12 @@ def _primus(path: Path, data: dict[str, Any], primus_root: str | None) -> Worklo
 
 
 def load_workload(path: str | Path, *, primus_root: str | None = None) -> Workload:
-    """A workload from a native or Primus YAML file; bad input raises InputError naming file and key.
+    """A workload from a native or Primus YAML file, or a Hugging Face config.json (or its folder: the
+    model with TrainingArgs' defaults); bad input raises InputError naming file and key.
     `primus_root` (or $PRIMUS_ROOT, or a Primus checkout above the file) locates Primus's configs."""
     p = Path(path)
+    if is_hf_config(p):
+        card = hf_card(p)
+        return _split(card, file=str(p), name=card["name"], stack="megatron-lm")
     data = read_mapping(p)
     return _primus(p, data, primus_root) if "modules" in data else _native(p, data)

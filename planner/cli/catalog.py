@@ -7,7 +7,7 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from oracle.catalog import gpu, gpu_aliases, gpu_names, model_card, model_names
+from oracle.catalog import aliases_of, gpu, gpu_names, model_card, model_names
 from oracle.performance.calibration import calibrated
 
 
@@ -18,13 +18,11 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def _gpus(console: Console) -> None:
-    aliases: dict[str, list[str]] = {}
-    for alias, name in gpu_aliases().items():
-        aliases.setdefault(name, []).append(alias)
+    aliases = aliases_of()
     table = Table("GPU", "also", "vendor", "family", "HBM GB", "BF16 TF", "FP8 TF", "calibrated", "source")
     for name in gpu_names():
         g = gpu(name)
-        table.add_row(name, ", ".join(sorted(aliases.get(name, []))), g.vendor, g.family, f"{g.hbm_gb:g}",
+        table.add_row(name, ", ".join(aliases.get(name, [])), g.vendor, g.family, f"{g.hbm_gb:g}",
                       f"{g.bf16_tflops:g}", f"{g.fp8_tflops:g}" if g.fp8_tflops else "-",
                       "yes" if calibrated(g) else "no", g.source)
     console.print(table)
