@@ -3,8 +3,9 @@ parameter count the oracle derives checked against the one the model's authors p
 0.5 %), and what the oracle cannot express refused with the field that asks for it.
 
 Fixtures (tests/fixtures/hf/*/config.json) are the published configs' fields: meta-llama/Meta-Llama-3-8B,
-mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen2.5-7B, Qwen/Qwen3-30B-A3B, deepseek-ai/DeepSeek-V3,
-mistralai/Mistral-7B-v0.1 (Hugging Face Hub)."""
+mistralai/Mixtral-8x7B-v0.1, Qwen/Qwen2.5-7B, Qwen/Qwen2.5-72B, Qwen/Qwen3-8B, Qwen/Qwen3-32B,
+Qwen/Qwen3-30B-A3B, deepseek-ai/DeepSeek-V2, deepseek-ai/DeepSeek-V3, mistralai/Mistral-7B-v0.1
+(Hugging Face Hub)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,25 @@ import subprocess
 
 import pytest
 
+from oracle.catalog import model_card
 from oracle.errors import InputError
 from oracle.inputs import load_workload
 from oracle.memory.geometry import geometry
 from oracle.memory.params import edge_params, layer_params
+from oracle.specs import ModelArch
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE
 
 HF = EXAMPLES.parent / "tests" / "fixtures" / "hf"
-# Published totals: Meta's Llama 3 model card (8.03B), Mistral's Mixtral announcement (46.7B), the Qwen2.5-7B
-# and Qwen3-30B-A3B model cards (7.61B; 30.5B), DeepSeek-V3's README (671B main model, 14B MTP apart).
-PUBLISHED = {"llama-3-8b": 8.03e9, "mixtral-8x7b": 46.7e9, "qwen2.5-7b": 7.61e9, "qwen3-30b-a3b": 30.5e9,
+# Published totals: Meta's Llama 3 model card (8.03B), Mistral's Mixtral announcement (46.7B), the Qwen
+# model cards (Qwen2.5-7B 7.61B, Qwen2.5-72B 72.7B, Qwen3-8B 8.2B, Qwen3-32B 32.8B, Qwen3-30B-A3B 30.5B),
+# DeepSeek-V2's README (236B) and DeepSeek-V3's (671B main model, 14B MTP apart).
+PUBLISHED = {"llama-3-8b": 8.03e9, "mixtral-8x7b": 46.7e9, "qwen2.5-7b": 7.61e9, "qwen2.5-72b": 72.7e9,
+             "qwen3-8b": 8.2e9, "qwen3-32b": 32.8e9, "qwen3-30b-a3b": 30.5e9, "deepseek-v2": 236e9,
              "deepseek-v3": 671e9}
+CATALOG = {"qwen2.5-7b": "qwen2.5-7b", "qwen2.5-72b": "qwen2.5-72b", "qwen3-8b": "qwen3-8b", "qwen3-32b": "qwen3-32b",
+           "deepseek-v2": "deepseek-v2", "deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b"}
 
 
 def _total_params(model) -> float:
@@ -41,6 +48,12 @@ def _total_params(model) -> float:
 def test_a_config_json_folder_is_a_workload_with_the_published_parameter_count(name):
     w = load_workload(HF / name)
     assert _total_params(w.model) == pytest.approx(PUBLISHED[name], rel=0.005)
+
+
+@pytest.mark.parametrize("fixture", sorted(CATALOG))
+def test_catalog_cards_count_what_their_hf_configs_count(fixture):
+    card = ModelArch(**model_card(CATALOG[fixture]))
+    assert _total_params(card) == pytest.approx(_total_params(load_workload(HF / fixture).model), rel=1e-9)
 
 
 def test_families_map_to_megatrons_names():
