@@ -24,7 +24,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
         p = kinds.add_parser(kind, help=help_text)
         p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
         p.add_argument("--target-cluster", required=True, help="target cluster YAML")
-        p.add_argument("--config", help="TrialConfig knobs as inline JSON or a JSON/YAML file")
+        p.add_argument("--config", help="TrialConfig knobs, or a whole printed layout: inline JSON, a JSON/YAML file, @file, or - (stdin)")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="one TrialConfig knob (repeatable)")
         p.add_argument("--json", action="store_true", help="print exactly one EvalResult JSON object")
         add_search_arguments(p)
@@ -41,7 +41,7 @@ def _progress(done: int, total: int, message: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     cluster = with_search_args(load_cluster(args.target_cluster), args)
     workload = pinned(load_workload(args.workload), cluster)
-    trial = trial_from_args(args.config, args.set)
+    trial = trial_from_args(args.config, args.set, workload)
     if args.kind == "benchmark":
         try:
             result = evaluate_with_benchmark(workload, cluster, trial, allow_cpu=args.allow_cpu, progress=_progress)

@@ -1,27 +1,47 @@
-"""Turn `--config JSON` and `--set key=value` into one validated TrialConfig."""
+"""Turn `--config` and `--set key=value` into one validated TrialConfig.
+
+`--config` is inline JSON, a JSON/YAML file (also as `@file`), or `-` for standard input. It takes
+the knobs of a TrialConfig, or a whole layout as paratune prints one (`summary.json`'s winner
+config, an EvalResult's `config`): that layout's knobs are used, and its other fields (sequence
+length, optimizer dtypes, ...) must be the workload's, since they are workload settings, not knobs."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import yaml
 
 from oracle.errors import InputError
 from oracle.inputs.yaml_io import build, read_mapping
-from oracle.specs import TrialConfig
+from oracle.specs import EffectiveConfig, TrialConfig, Workload
+
+_LAYOUT_FIELDS = frozenset(EffectiveConfig.model_fields)
+_NOT_KNOBS = _LAYOUT_FIELDS - set(TrialConfig.model_fields)
+
+
+def _is_file(text: str) -> bool:
+    try:
+        return Path(text).is_file()
+    except OSError:  # e.g. a long inline JSON is no file name
+        return False
 
 
 def _config_mapping(text: str) -> dict:
-    """`--config` is inline JSON or the path of a JSON/YAML file holding one mapping."""
-    if Path(text).is_file():
-        return read_mapping(text)
+    """`--config`: `-` (stdin), `@path`, a path, or inline JSON, each holding one mapping."""
+    if text == "-":
+        source, raw = "--config (stdin)", sys.stdin.read()
+    elif text.startswith("@") or (_is_file(text) and not text.lstrip().startswith("{")):
+        return read_mapping(text.removeprefix("@"))
+    else:
+        source, raw = "--config", text
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"not valid JSON ({exc.msg} at column {exc.colno}) and not a file", file="--config") from None
+        data = json.loads(raw) if raw.lstrip().startswith("{") else yaml.safe_load(raw)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        raise InputError(f"not valid JSON or YAML ({str(exc).splitlines()[0]}) and not a file", file=source) from None
     if not isinstance(data, dict):
-        raise InputError("must be a JSON object of TrialConfig knobs", file="--config")
+        raise InputError("must be an object of TrialConfig knobs", file=source)
     return data
 
 
@@ -35,8 +55,24 @@ def _set_pairs(pairs: list[str]) -> dict:
     return out
 
 
-def trial_from_args(config: str | None, sets: list[str] | None) -> TrialConfig:
+def _from_layout(data: dict, workload: Workload, file: str) -> TrialConfig:
+    """The knobs of a whole printed layout, whose non-knob fields must match the workload's."""
+    cfg = build(EffectiveConfig, {k: v for k, v in data.items() if k in _LAYOUT_FIELDS}, file=file)
+    base = workload.effective()
+    differs = sorted(k for k in _NOT_KNOBS if getattr(cfg, k) != getattr(base, k))
+    if differs:
+        raise InputError(f"{', '.join(differs)} differ from the workload's: they are workload settings, not knobs; "
+                         "change them in the workload file", file=file, key=differs[0])
+    return cfg.as_trial()
+
+
+def trial_from_args(config: str | None, sets: list[str] | None, workload: Workload) -> TrialConfig:
     """A TrialConfig from the CLI's --config and --set (the latter win)."""
     data = _config_mapping(config) if config else {}
+    data.pop("key", None)  # a printed layout's cached key
+    file = "--set" if sets else "--config"
+    if _LAYOUT_FIELDS <= set(data):
+        trial = _from_layout(data, workload, "--config")
+        return build(TrialConfig, {**trial.model_dump(exclude_none=True), **_set_pairs(sets or [])}, file=file)
     data.update(_set_pairs(sets or []))
-    return build(TrialConfig, data, file="--set" if sets else "--config")
+    return build(TrialConfig, data, file=file)
