@@ -67,7 +67,7 @@ DEEPEP_MAX_NVL_PEERS = 8
 
 # ---- CUDA graphs (cuda_graph_impl) -------------------------------------------------------------------
 # Transformer Engine's make_graphed_callables shares static grad-output buffers per tensor signature;
-# with a few grad inputs alive at once that is about three hidden-state buffers (TE 2.12 graph.py).
+# with a few grad inputs alive at once that is about three hidden-state buffers (TE 2.12 graph.py, 5671fd36).
 CUDA_GRAPH_GRAD_BUFFERS = 3
 
 # ---- runtime and allocator --------------------------------------------------------------------------

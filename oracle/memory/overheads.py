@@ -70,7 +70,7 @@ def allocator_overhead(dynamic_bytes: float) -> float:
 def cuda_graph_buffers(impl: str, scope: tuple[str, ...] | None, stored_layer_mbs: float, token_bytes: float,
                        mask_bytes: float) -> float:
     """Memory CUDA graphs keep beside the eager activations, bytes (megatron-core 0.16.1
-    transformer/cuda_graphs.py, Transformer Engine 2.12 pytorch/graph.py, read for this term).
+    transformer/cuda_graphs.py, Transformer Engine 2.12 pytorch/graph.py at 5671fd36, the version megatron-core pins; read for this term).
 
     A graph is captured per layer and micro-batch, and a captured sample's static inputs are reused
     once its backward has run, so as many are alive as layer x micro-batch activations are stored

@@ -53,15 +53,20 @@ def constraints_from_args(args: argparse.Namespace) -> SearchConstraints:
             raise InputError(f"{knob} is named twice: give all its values in one --allow", key="--allow")
         parsed = _yaml(f"[{values}]", "--allow")
         allow[knob] = tuple(parsed) if isinstance(parsed, list) else (parsed,)
-    for flag, names in (("--fix", fix), ("--allow", allow), ("--exclude", args.exclude)):
-        try:
-            SearchConstraints(**{flag[2:]: names if flag != "--exclude" else tuple(names)})
-        except ValidationError as exc:
-            raise InputError(exc.errors()[0]["msg"].removeprefix("Value error, "), key=flag) from None
     try:
         return SearchConstraints(fix=fix, allow=allow, exclude=tuple(args.exclude))
     except ValidationError as exc:
-        raise InputError(exc.errors()[0]["msg"].removeprefix("Value error, "), key="--fix/--allow/--exclude") from None
+        raise InputError(exc.errors()[0]["msg"].removeprefix("Value error, "), key=_culprit(fix, allow, args.exclude)) from None
+
+
+def _culprit(fix: dict, allow: dict, exclude: list[str]) -> str:
+    """The flag whose values are wrong on their own (else they clash with each other)."""
+    for flag, rules in (("--fix", {"fix": fix}), ("--allow", {"allow": allow}), ("--exclude", {"exclude": tuple(exclude)})):
+        try:
+            SearchConstraints(**rules)
+        except ValidationError:
+            return flag
+    return "--fix/--allow/--exclude"
 
 
 def with_search_args(cluster: ClusterSpec, args: argparse.Namespace) -> ClusterSpec:

@@ -23,6 +23,9 @@ MODEL_FLAGS = {
     "qk_head_dim": "--qk-head-dim", "qk_pos_emb_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
     "mtp_num_layers": "--mtp-num-layers",
 }
+# Fields only an MLA or a MoE model sets (the others keep their defaults, which are no flags to write).
+_MLA_FIELDS = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
+_MOE_FIELDS = {"moe_layer_freq", "moe_router_topk"}
 
 
 def _text(value: object) -> str:
@@ -34,15 +37,11 @@ def _text(value: object) -> str:
 def model_flags(model: ModelArch, seq_length: int) -> list[str]:
     """The architecture as Megatron-LM flags (the ones `pretrain_gpt.py` needs to build the model)."""
     out = [f"--seq-length {seq_length}", f"--max-position-embeddings {seq_length}"]
-    fields = model.__dict__
+    skip = (set() if model.multi_latent_attention else _MLA_FIELDS) | (set() if model.is_moe else _MOE_FIELDS)
     for name, flag in MODEL_FLAGS.items():
-        value = fields.get(name)
-        if value is None or (name == "mtp_num_layers" and not value) or (
-                name in ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
-                and not model.multi_latent_attention) or (
-                name in ("moe_layer_freq", "moe_router_topk") and not model.is_moe):
-            continue
-        out.append(f"{flag} {_text(value)}")
+        value = model.__dict__.get(name)
+        if name not in skip and value is not None and not (name == "mtp_num_layers" and not value):
+            out.append(f"{flag} {_text(value)}")
     if model.num_query_groups:
         out.append("--group-query-attention")
     if model.swiglu:

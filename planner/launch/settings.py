@@ -6,9 +6,7 @@ from __future__ import annotations
 from oracle.specs import EffectiveConfig, ModelArch
 from oracle.stacks import KNOB_SPECS, Stack, knob_available
 
-# Knobs whose value a stack reads only together with another's: recompute method / layers under full
-# recompute, modules under selective, the flex backend under flex, the split knobs under PP.
-_SPLIT = ("pp_layout", "pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split")
+# Knobs that only a MoE model has (left out of a dense model's launch).
 _MOE = ("etp", "ep", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
         "use_turbo_deepep", "sync_free_stage")
 
