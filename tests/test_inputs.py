@@ -28,6 +28,7 @@ recompute_granularity: null
 cross_entropy_loss_fusion: true
 moe_token_dispatcher_type: alltoall
 moe_grouped_gemm: true
+position_embedding_type: rope  # Primus's mixtral_base.yaml says so; Megatron-LM's default is learned_absolute
 """
 
 

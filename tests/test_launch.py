@@ -7,6 +7,7 @@ written-down list of the Primus YAML each is defined in (AMD-AGI/Primus fd1eeab)
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import shlex
 
@@ -42,6 +43,7 @@ MLM_HAND_FLAGS = {
     "--group-query-attention": "_add_network_size_args", "--swiglu": "_add_network_size_args",
     "--untie-embeddings-and-output-weights": "_add_network_size_args",
     "--disable-bias-linear": "_add_network_size_args (dest add_bias_linear)",
+    "--position-embedding-type": "_add_network_size_args",
     "--fp8-format": "_add_transformer_engine_args (dest fp8)",
     "--grad-reduce-in-bf16": "_add_mixed_precision_args", "--bf16": "_add_mixed_precision_args",
     "--fp16": "_add_mixed_precision_args", "--use-torch-fsdp2": "_add_distributed_args",
@@ -109,6 +111,27 @@ def test_megatron_lm_command_uses_only_megatron_flags_and_names_every_knob():
     assert all(_flag_ok(f.split()[0]) for f in model_flags(w.model, 4096))
     dense, _ = example("llama70b")
     assert "--moe-router-topk" not in " ".join(model_flags(dense.model, 8192))  # no MoE flags for a dense model
+
+
+def test_attention_patterns_become_flags_megatron_parses():
+    """Windows, sinks, Q/K norms and per-layer lists as arguments.py reads them (`tuple_type`: "a,b";
+    `moe_freq_type` / `no_rope_freq_type`: a Python list expression)."""
+    hf = EXAMPLES.parent / "tests" / "fixtures" / "hf"
+    oss = load_workload(hf / "gpt-oss-20b").model
+    flags = model_flags(oss, 4096)
+    assert all(_flag_ok(f.split()[0]) for f in flags)
+    assert {"--window-size 127,0", "--softmax-type learnable", "--add-qkv-bias"} <= set(flags)
+    skip = next(f for f in flags if f.startswith("--window-attn-skip-freq")).split(" ", 1)[1]
+    assert ast.literal_eval(shlex.split(skip)[0]) == oss.window_attn_skip_freq
+    scout = load_workload(hf / "llama-4-scout-17b-16e")
+    flags = model_flags(scout.model, 8192)
+    assert all(_flag_ok(f.split()[0]) for f in flags) and {"--qk-l2-norm", "--no-rope-freq 4"} <= set(flags)
+    c = load_cluster(EXAMPLES / "clusters" / "h100-8n.yaml")
+    cfg = scout.effective(TrialConfig(ep=16))
+    assert "# not a Megatron-LM argument: attention_chunk_size 8192" in launch_plan(cfg, scout, c, "w.yaml").command
+    ds = load_workload(hf / "deepseek-v2").model
+    freq = next(f for f in model_flags(ds, 4096) if f.startswith("--moe-layer-freq")).split(" ", 1)[1]
+    assert ast.literal_eval(shlex.split(freq)[0]) == list(ds.moe_layer_freq)
 
 
 def test_megatron_lm_split_and_vpp_flags():

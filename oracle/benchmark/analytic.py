@@ -28,8 +28,10 @@ class LayerProjection:
 
 
 def project_layer(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, moe: bool) -> LayerProjection:
-    """Analytic compute time and stored activations of one dense or MoE layer on one rank."""
-    a = arch_of(model)
+    """Analytic compute time and stored activations of one dense or MoE layer on one rank. The measured
+    layer runs full causal SDPA (`layers.py`), so the analytic one is projected with full attention too:
+    their ratio then scales the windowed or chunked projection like for like."""
+    a = arch_of(model.model_copy(update={"window_size": None, "attention_chunk_size": None}))
     facts = layout_facts(model, cfg, cluster.world_size)
     ctx = _ctx(a, cfg, cluster, constants(cluster.gpu), facts.dp_or_1, facts.edp_or_1)
     work = transformer_layer(ctx, moe, layer_params(a, ctx.tp, ctx.ep, ctx.etp, moe))

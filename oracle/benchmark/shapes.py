@@ -80,7 +80,7 @@ def layer_shape(model: ModelArch, cfg: EffectiveConfig, moe: bool) -> LayerShape
         kv_lora=model.kv_lora_rank if mla else 0,
         ffn=((model.moe_shared_expert_intermediate_size or 0) if moe else model.ffn) // tp,
         gated=model.swiglu, rms=model.normalization.lower() == "rmsnorm",
-        rotary=model.normalization.lower() == "rmsnorm" or model.swiglu,
+        rotary=model.rotary,
         experts=model.num_experts if moe else 0, local_experts=model.num_experts // cfg.ep if moe else 0,
         topk=model.moe_router_topk if moe else 0, expert_ffn=model.expert_ffn // cfg.etp if moe else 0,
         etp=cfg.etp if moe else 1, fp8=cfg.fp8,

@@ -18,6 +18,8 @@ The code below derives the same terms from the architecture, so the 34 becomes:
   - flash attention stores neither scores nor softmax: only Q, K, V, the output (which is also the
     output-projection input, counted once) and the fp32 log-sum-exp per head;
   - fused norm kernels also keep fp32 per-token statistics (LayerNorm mean+rstd, RMSNorm rstd);
+  - a Q/K norm (Qwen3's qk_layernorm, Llama 4's L2 norm) keeps the un-normed Q and K and its fp32
+    statistics per head besides the normed ones attention keeps;
   - MLA stores the compressed latents (q_lora, kv_lora) at norm and up-projection input, and per-head
     Q/K of qk_head_dim + qk_pos_emb_head_dim and V of v_head_dim;
   - an MoE layer stores the router input and fp32 scores, the routed tokens (topk x capacity factor
@@ -31,7 +33,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .constants import ACT_BYTES, FLASH_LSE_BYTES, FP8_INPUT_BYTES, ROUTER_SCORE_BYTES, TOKEN_ID_BYTES
+from .constants import (
+    ACT_BYTES,
+    FLASH_LSE_BYTES,
+    FP8_INPUT_BYTES,
+    ROUTER_SCORE_BYTES,
+    TOKEN_ID_BYTES,
+)
 from .geometry import Geometry, padded_vocab
 
 B = ACT_BYTES
@@ -87,6 +95,8 @@ def layer_acts(
         k_w = v_w = g.groups * g.head_dim
         ctx_w = q_w
     qkv = B * (q_w + k_w + v_w) / tp  # Q, K (for QK^T or flash) and V
+    if g.qk_norm:  # the Q/K norm keeps its input (the un-normed Q and K) and fp32 rstd per head
+        qkv += (B * (q_w + k_w) + g.norm_stat_bytes * (a + g.groups)) / tp
     if g.mla and "mla_up_proj" in modules:
         qkv = 0.0
     # attention output = output-projection input; flash saves it too (the same bf16 tensor), so under

@@ -40,7 +40,11 @@ class Geometry:
     mtp_is_moe: bool
     norm_params: int  # parameters per hidden unit of one norm: LayerNorm 2 (weight, bias), RMSNorm 1
     norm_stat_bytes: int
-    bias: bool
+    bias: bool  # linear biases (add_bias_linear), the router's included
+    qkv_bias: bool  # QKV bias (add_qkv_bias, default add_bias_linear)
+    qk_norm: bool  # a norm over each head's Q and K (qk_layernorm or Llama 4's qk_l2_norm); not MLA
+    qk_norm_params: int  # its weights per head dimension: 0 for the L2 norm
+    sinks: bool  # learnable softmax offsets, one per head (softmax_type: learnable)
     dropout: bool
     learned_positions: bool
     untied: bool
@@ -48,15 +52,7 @@ class Geometry:
 
 def _build(model: ModelArch) -> Geometry:
     rms = model.normalization.lower() == "rmsnorm"
-    # ModelArch has no dropout or position-embedding fields yet. Megatron's defaults (hidden/attention
-    # dropout 0.1, learned absolute positions) hold for the GPT-style cards (LayerNorm, GeLU); the
-    # Llama-style cards (RMSNorm or SwiGLU: Llama, Mixtral, Qwen, DeepSeek) train without dropout and
-    # use RoPE. If the spec later gains `hidden_dropout` / `position_embedding_type`, those win.
-    gpt_style = not rms and not model.swiglu
-    dropout = getattr(model, "hidden_dropout", None)
-    has_dropout = gpt_style if dropout is None else float(dropout) > 0.0
-    pos = getattr(model, "position_embedding_type", None)
-    learned = gpt_style if pos is None else pos == "learned_absolute"
+    qk_norm = (model.qk_layernorm or model.qk_l2_norm) and not model.multi_latent_attention
     pattern = tuple(model.moe_layer_pattern)
     return Geometry(
         h=model.hidden_size,
@@ -85,8 +81,12 @@ def _build(model: ModelArch) -> Geometry:
         norm_params=1 if rms else 2,
         norm_stat_bytes=RMSNORM_STAT_BYTES if rms else LAYERNORM_STAT_BYTES,
         bias=model.add_bias_linear,
-        dropout=has_dropout,
-        learned_positions=learned,
+        qkv_bias=model.qkv_bias,
+        qk_norm=qk_norm,
+        qk_norm_params=(1 if rms else 2) if qk_norm and model.qk_layernorm else 0,
+        sinks=model.softmax_type == "learnable",
+        dropout=model.has_dropout,
+        learned_positions=model.learned_positions,
         untied=model.untie_embeddings_and_output_weights,
     )
 

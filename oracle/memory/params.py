@@ -5,7 +5,9 @@ sharding of the optimizer state is applied later (`estimate.py`). Dense paramete
 MLP, router, shared experts, norms, embeddings) are sharded over TP only; CP does not shard parameters.
 Expert parameters are sharded over EP (whole experts) and ETP (each expert's FFN dimension).
 The layer formulas match Megatron-LM's `compute_weight_and_optimizer_memory` term by term (MLA
-included) and add the biases it leaves out.
+included) and add what it leaves out: biases (QKV, output, MLP, experts, router: megatron-core
+`router.py` builds a bias under add_bias_linear), Q/K norms and learnable softmax offsets
+(`dot_product_attention.py` `softmax_offset`, one per head, sharded over TP).
 """
 
 from __future__ import annotations
@@ -46,8 +48,9 @@ def _attention(g: Geometry, tp: int) -> tuple[float, float]:
     qd = a * g.head_dim
     kvd = g.groups * g.head_dim
     linear = (h * (qd + 2 * kvd) + qd * h) / tp  # fused QKV (column parallel) + output (row parallel)
-    bias = ((qd + 2 * kvd) / tp + h) if g.bias else 0.0  # QKV bias sharded, row-parallel bias replicated
-    return linear + bias, linear
+    bias = ((qd + 2 * kvd) / tp if g.qkv_bias else 0.0) + (h if g.bias else 0.0)  # QKV sharded, output replicated
+    extra = 2 * g.head_dim * g.qk_norm_params + (a / tp if g.sinks else 0.0)  # q/k norms (per head dim), sinks
+    return linear + bias + extra, linear
 
 
 def _mlp(g: Geometry, ffn: int, shard: int) -> tuple[float, float]:
@@ -66,7 +69,7 @@ def layer_params(g: Geometry, tp: int, etp: int, ep: int) -> tuple[LayerParams, 
     dense = LayerParams(attn + norms + mlp, 0.0, attn_lin + mlp_lin)
     if not g.is_moe:
         return dense, dense
-    router = g.experts * g.h  # router weight, replicated over TP
+    router = g.experts * (g.h + (1 if g.bias else 0))  # router weight (and bias), replicated over TP
     shared, shared_lin = _mlp(g, g.shared_ffn, tp) if g.shared_ffn else (0.0, 0.0)
     one_expert, one_expert_lin = _mlp(g, g.expert_ffn, etp)
     local_experts = g.experts / ep

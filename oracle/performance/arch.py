@@ -27,8 +27,12 @@ class Arch:
     kv_lora: int
     rope_dim: int  # MLA's decoupled rotary width
     mtp_layers: int
-    gpt_style: bool  # LayerNorm + GeLU cards: hidden dropout, learned positions, no rotary
+    rotary: bool  # RoPE on Q and K
+    dropout: bool  # hidden and attention dropout (1-byte masks)
+    qk_norm: bool  # a norm over each head's Q and K (learned or L2)
     untied: bool  # separate output-layer weight
+    spans_dense: tuple[tuple[int, int], ...]  # (attention span, layers) of the dense layers: `ModelArch.attention_spans`
+    spans_moe: tuple[tuple[int, int], ...]  # ... of the MoE layers
 
 
 @by_identity()
@@ -53,6 +57,16 @@ def arch_of(model: ModelArch) -> Arch:
         kv_lora=model.kv_lora_rank,
         rope_dim=model.qk_pos_emb_head_dim,
         mtp_layers=model.mtp_num_layers,
-        gpt_style=model.normalization.lower() != "rmsnorm" and not model.swiglu,
+        rotary=model.rotary,
+        dropout=model.has_dropout,
+        qk_norm=(model.qk_layernorm or model.qk_l2_norm) and not mla,
         untied=model.untie_embeddings_and_output_weights,
+        spans_dense=_spans(model, 0),
+        spans_moe=_spans(model, 1),
     )
+
+
+def _spans(model: ModelArch, kind: int) -> tuple[tuple[int, int], ...]:
+    """(span, number of layers) over the layers of one kind (0 dense, 1 MoE), spans as `attention_spans`."""
+    spans = [s for s, k in zip(model.attention_spans, model.moe_layer_pattern) if k == kind]
+    return tuple(sorted((s, spans.count(s)) for s in set(spans)))

@@ -1,7 +1,7 @@
 """Model FLOPs per token: the convention behind `tflops_per_gpu` and MFU.
 
 Forward + backward = 3 x forward; a GEMM costs 2·m·n·k; causal attention counts half of the s² term
-(each token attends to s/2 keys on average); MoE counts the router, top-k experts and shared experts;
+(each token attends to s/2 keys on average), a sliding window or chunk the keys each query sees; MoE counts the router, top-k experts and shared experts;
 the logits GEMM counts, the embedding lookup does not; MTP modules count; recompute does not.
 """
 
@@ -24,9 +24,33 @@ def mlp_flops(a: Arch, ffn: int) -> float:
     return 2.0 * a.h * ffn * (a.gated + 1)
 
 
+def span_keys(span: int, seq: int) -> float:
+    """Mean keys a query attends in a causal `seq`-token sequence: s/2 for full attention (flash
+    attention's half square); a window of w keys sees min(p+1, w) at position p; chunks of C tokens
+    (span -C) see p mod C + 1. Never more than the full s/2."""
+    if span > 0 and span < seq:
+        return min(seq / 2, span - span * (span - 1) / (2 * seq))
+    if span < 0 and -span < seq:
+        c = -span
+        q, r = divmod(seq, c)
+        return min(seq / 2, (q * c * (c + 1) / 2 + r * (r + 1) / 2) / seq)
+    return seq / 2
+
+
+def attended_keys(spans: tuple[tuple[int, int], ...], seq: int) -> float:
+    """Mean keys per query over layers with (span, count) `spans` (`Arch.spans_dense` / `spans_moe`;
+    none: full attention)."""
+    if not spans:
+        return seq / 2
+    if len(spans) == 1:
+        return span_keys(spans[0][0], seq)
+    return sum(n * span_keys(s, seq) for s, n in spans) / sum(n for _, n in spans)
+
+
 def layer_flops(a: Arch, seq: int, moe: bool) -> float:
-    """Forward FLOPs per token of one transformer layer (causal attention)."""
-    attn = attention_linear_flops(a) + seq * a.heads * (a.qk_dim + a.v_dim)
+    """Forward FLOPs per token of one transformer layer (causal attention over its layers' spans)."""
+    keys = attended_keys(a.spans_moe if moe else a.spans_dense, seq)
+    attn = attention_linear_flops(a) + 2 * keys * a.heads * (a.qk_dim + a.v_dim)
     if not moe:
         return attn + mlp_flops(a, a.ffn)
     experts = 2.0 * a.h * a.experts + a.topk * mlp_flops(a, a.expert_ffn)

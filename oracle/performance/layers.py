@@ -4,8 +4,10 @@ the embedding, and the output head with its loss.
 Linear GEMMs run at their TP-sharded shapes on all T = MBS·seq/CP tokens of the rank (sequence
 parallelism all-gathers before and reduce-scatters after each TP region); each linear costs a
 forward GEMM, a data-grad GEMM (the `b` pass) and a weight-grad GEMM (the `w` pass). Attention
-core is flash attention (causal: half the s² work; per CP rank 1/CP of it; backward 2.5x forward) or,
-for runs without flash attention, the two batched GEMMs with the s² softmax/dropout traffic.
+core is flash attention (causal: half the s² work, or the keys a sliding window or chunk leaves each
+query, `flops.attended_keys`; per CP rank 1/CP of it; backward 2.5x forward) or, for runs without flash
+attention, the two batched GEMMs with the s² softmax/dropout traffic (a window is a mask there: the
+whole square is still computed).
 Norms, residuals, rotary, activation, routing, permutation, FP8 casts and the loss are HBM traffic.
 """
 
@@ -15,6 +17,7 @@ from functools import lru_cache
 
 from .calibration import Constants
 from .context import E_BYTES, HALF, Ctx
+from .flops import attended_keys
 from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
 
 FA_BWD = 2.5  # flash-attention backward / forward FLOPs (5 GEMMs against 2)
@@ -72,8 +75,8 @@ def _tp_collectives(ctx: Ctx, w: Builder, regions: int, gemm: tuple[float, float
     w.add(TP, t, t)
 
 
-def _attention(ctx: Ctx, w: Builder) -> None:
-    """Q/K/V (GQA, or MLA's low-rank) projections, rotary, attention core, output projection."""
+def _attention(ctx: Ctx, w: Builder, moe: bool) -> None:
+    """Q/K/V (GQA, or MLA's low-rank) projections, rotary (and a Q/K norm), attention core, output projection."""
     a, T, tp = ctx.arch, ctx.tokens, ctx.tp
     dtype = ctx.linear_dtype()
     heads = a.heads / tp
@@ -90,20 +93,22 @@ def _attention(ctx: Ctx, w: Builder) -> None:
         w.tag("mla_up_proj", w.forward_ms() - before + 2 * rotary * E_BYTES / ctx.hbm)
     else:
         _linear(ctx, w, T, (a.heads + 2 * a.groups) * a.qk_dim / tp, a.h, dtype)
-        rotary = 0.0 if a.gpt_style else T * (a.heads + 2 * a.groups) / tp * a.qk_dim
+        rotary = T * (a.heads + 2 * a.groups) / tp * a.qk_dim if a.rotary else 0.0
+        if a.qk_norm:  # read and write Q and K once more, like the rotary pass
+            rotary += T * (a.heads + a.groups) / tp * a.qk_dim
     _linear(ctx, w, T, a.h, heads * a.v_dim, dtype)
     w.add(ELEM, 2 * rotary * E_BYTES / ctx.hbm, 4 * rotary * E_BYTES / ctx.hbm)
-    core_f, core_b = _core_attention(ctx, heads)
+    core_f, core_b = _core_attention(ctx, heads, a.spans_moe if moe else a.spans_dense)
     w.add(ATTN, core_f, core_b)
     w.tag("core_attn", core_f)
     _cp_ring(ctx, w, heads, core_f, core_b)
 
 
-def _core_attention(ctx: Ctx, heads: float) -> tuple[float, float]:
-    """(forward, backward) ms of the attention core on one rank."""
+def _core_attention(ctx: Ctx, heads: float, spans: tuple[tuple[int, int], ...]) -> tuple[float, float]:
+    """(forward, backward) ms of the attention core on one rank, its layers' `spans` (`Arch.spans_dense`)."""
     a, s, cp, b = ctx.arch, ctx.seq, ctx.cp, ctx.mbs
     if ctx.flash:
-        flops = b * heads * s * s / cp * (a.qk_dim + a.v_dim)  # causal: half of 2·s²·(dqk + dv)
+        flops = 2 * b * heads * s / cp * attended_keys(spans, s) * (a.qk_dim + a.v_dim)  # QK^T and PV
         lat = ctx.c.gemm_latency_us * 1e-3
         return flops / ctx.attn_rate + lat, FA_BWD * flops / ctx.attn_rate + 2 * lat
     g = ctx.gemm.gemm_ms
@@ -112,7 +117,7 @@ def _core_attention(ctx: Ctx, heads: float) -> tuple[float, float]:
     bwd = (g(sq, a.qk_dim, s, HALF, batch) + g(s, a.qk_dim, sq, HALF, batch)
            + g(s, a.v_dim, sq, HALF, batch) + g(sq, s, a.v_dim, HALF, batch))
     scores = b * heads * sq * s  # the full s x s matrix is materialised (masked, not skipped)
-    drop = 5.0 if a.gpt_style else 0.0  # attention dropout: read + write + 1-byte mask
+    drop = 5.0 if a.dropout else 0.0  # attention dropout: read + write + 1-byte mask
     return fwd + (4.0 + drop) * scores / ctx.hbm, bwd + (6.0 + drop) * scores / ctx.hbm
 
 
@@ -133,7 +138,7 @@ def _norms_residuals(ctx: Ctx, w: Builder) -> None:
     """Two norms and two residual adds (GPT-style: fused bias-dropout-add with a 1-byte mask)."""
     n = ctx.sp_tokens * ctx.arch.h
     norms = 2 * (2 * E_BYTES)  # read input, write output, per norm
-    per = norms + 2 * (3 * E_BYTES + (1 if ctx.arch.gpt_style else 0))
+    per = norms + 2 * (3 * E_BYTES + (1 if ctx.arch.dropout else 0))
     w.add(ELEM, per * n / ctx.hbm, 2 * per * n / ctx.hbm)
     w.tag("layernorm", norms * n / ctx.hbm)
 
@@ -227,7 +232,7 @@ def _ep_overlap(ctx: Ctx, w: Builder) -> None:
 def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     """One dense or MoE transformer layer (`params`: its (dense, expert) weights on this rank, for FSDP)."""
     w = Builder()
-    _attention(ctx, w)
+    _attention(ctx, w, moe)
     gemm = w.gemm()  # the TP regions' GEMMs: attention, then the dense MLP or the shared experts
     _norms_residuals(ctx, w)
     if moe:

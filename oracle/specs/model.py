@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    field_validator,
+    model_validator,
+)
 
 
 def parse_layer_pattern(value: str, num_layers: int) -> list[int]:
@@ -41,6 +49,23 @@ class ModelArch(BaseModel):
     untie_embeddings_and_output_weights: bool = False
     normalization: str = "LayerNorm"
     add_bias_linear: bool = True
+    add_qkv_bias: bool | None = None  # None: follows add_bias_linear (Megatron-LM arguments.py)
+    # None: Megatron's defaults for GPT-style cards (learned positions, dropout 0.1), RoPE and no dropout
+    # for Llama-style ones (RMSNorm or SwiGLU); see `learned_positions` / `has_dropout`
+    position_embedding_type: Literal["learned_absolute", "rope", "yarn", "mrope", "relative", "none"] | None = None
+    hidden_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
+    qk_layernorm: bool = False  # a learned norm over each head's query and key (Qwen3)
+    qk_l2_norm: bool = False  # Llama 4's weightless L2 norm of query and key
+    # Attention pattern (megatron-core transformer_config.py): sliding window (left, right) on the layers
+    # `window_attn_skip_freq` marks (int N: every Nth layer is full; list: 1 = windowed; None: all);
+    # learnable softmax offsets (attention sinks, GPT-OSS)
+    softmax_type: Literal["vanilla", "off-by-one", "learnable"] = "vanilla"
+    window_size: tuple[int, int] | None = None
+    window_attn_skip_freq: PositiveInt | list[int] | None = None
+    no_rope_freq: PositiveInt | list[int] | None = None  # int N: every Nth layer skips RoPE; list: 1 = skips
+    # Llama 4's chunked attention on the layers that apply RoPE (HF Llama4TextAttention; Megatron-Bridge
+    # `llama4_utils.py` Llama4SelfAttention); not a Megatron-LM argument
+    attention_chunk_size: PositiveInt | None = None
     # MoE
     num_experts: PositiveInt | None = None
     moe_router_topk: PositiveInt = 2
@@ -74,7 +99,22 @@ class ModelArch(BaseModel):
             )
         if isinstance(self.moe_layer_freq, (str, list)):
             self.moe_layer_pattern  # noqa: B018 - validates the pattern length now, not at evaluation
+        for name in ("window_attn_skip_freq", "no_rope_freq"):
+            value = getattr(self, name)
+            if isinstance(value, list) and len(value) != self.num_layers:
+                raise ValueError(f"{name} has {len(value)} entries, num_layers is {self.num_layers}")
+        if isinstance(self.no_rope_freq, int) and self.num_layers % self.no_rope_freq:
+            raise ValueError(f"num_layers ({self.num_layers}) must be divisible by no_rope_freq ({self.no_rope_freq})")
+        if self.window_size is not None and (self.window_size[1] not in (0, -1) or self.window_size[0] < -1):
+            raise ValueError(f"window_size {self.window_size}: only causal windows (left, 0) are modelled")
         return self
+
+    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> "ModelArch":
+        """A copy with `update` applied; the cached per-layer patterns are dropped, since the fields may change."""
+        copy = super().model_copy(update=update, deep=deep)
+        for name in ("moe_layer_pattern", "attention_spans", "rope_layers"):
+            copy.__dict__.pop(name, None)
+        return copy
 
     # ---- resolved defaults (Megatron's) -------------------------------------------------------
     @property
@@ -114,6 +154,58 @@ class ModelArch(BaseModel):
     @property
     def num_moe_layers(self) -> int:
         return sum(self.moe_layer_pattern)
+
+    @property
+    def gpt_style(self) -> bool:
+        """LayerNorm + GeLU: the GPT-2/3 cards, whose Megatron defaults are learned positions and dropout."""
+        return self.normalization.lower() != "rmsnorm" and not self.swiglu
+
+    @property
+    def learned_positions(self) -> bool:
+        """A learned absolute position embedding (Megatron's default `learned_absolute`) instead of RoPE."""
+        kind = self.position_embedding_type
+        return self.gpt_style if kind is None else kind == "learned_absolute"
+
+    @property
+    def rotary(self) -> bool:
+        """Rotary position embedding applied to Q and K (RoPE, YaRN, mRoPE)."""
+        kind = self.position_embedding_type
+        return not self.gpt_style if kind is None else kind in ("rope", "yarn", "mrope")
+
+    @property
+    def has_dropout(self) -> bool:
+        """Hidden and attention dropout on (Megatron's default 0.1 for GPT-style cards, off for the others)."""
+        return self.gpt_style if self.hidden_dropout is None else self.hidden_dropout > 0.0
+
+    @property
+    def qkv_bias(self) -> bool:
+        return self.add_bias_linear if self.add_qkv_bias is None else self.add_qkv_bias
+
+    @cached_property
+    def attention_spans(self) -> tuple[int, ...]:
+        """Per layer, the keys a query sees before it: 0 = all (full causal), w = a sliding window of w keys
+        (megatron-core utils.py `is_layer_window_attention`, layer numbers from 1), -C = chunks of C tokens."""
+        n = self.num_layers
+        out = [0] * n
+        if self.window_size is not None and self.window_size[0] >= 0:
+            freq = self.window_attn_skip_freq
+            for i in range(n):
+                windowed = True if freq is None else (bool(freq[i]) if isinstance(freq, list) else (i + 1) % freq != 0)
+                if windowed:
+                    out[i] = self.window_size[0] + 1
+        if self.attention_chunk_size:
+            rope = self.rope_layers
+            out = [-self.attention_chunk_size if rope[i] else span for i, span in enumerate(out)]
+        return tuple(out)
+
+    @cached_property
+    def rope_layers(self) -> tuple[bool, ...]:
+        """Per layer, whether it applies rotary embeddings (`no_rope_freq`, megatron-core transformer_config.py)."""
+        freq, n = self.no_rope_freq, self.num_layers
+        if freq is None:
+            return (self.rotary,) * n
+        skip = [bool(freq[i]) for i in range(n)] if isinstance(freq, list) else [(i + 1) % freq == 0 for i in range(n)]
+        return tuple(self.rotary and not x for x in skip)
 
     @property
     def gated_mult(self) -> int:

@@ -21,16 +21,31 @@ MODEL_FLAGS = {
     "moe_shared_expert_intermediate_size": "--moe-shared-expert-intermediate-size",
     "moe_layer_freq": "--moe-layer-freq", "q_lora_rank": "--q-lora-rank", "kv_lora_rank": "--kv-lora-rank",
     "qk_head_dim": "--qk-head-dim", "qk_pos_emb_head_dim": "--qk-pos-emb-head-dim", "v_head_dim": "--v-head-dim",
-    "mtp_num_layers": "--mtp-num-layers",
+    "mtp_num_layers": "--mtp-num-layers", "position_embedding_type": "--position-embedding-type",
+    "hidden_dropout": "--hidden-dropout", "softmax_type": "--softmax-type", "window_size": "--window-size",
+    "window_attn_skip_freq": "--window-attn-skip-freq", "no_rope_freq": "--no-rope-freq",
 }
+# Boolean ModelArch fields written as store_true flags when on (TransformerConfig fields in arguments.py).
+_SWITCHES = {"qk_layernorm": "--qk-layernorm", "qk_l2_norm": "--qk-l2-norm", "add_qkv_bias": "--add-qkv-bias"}
 # Fields only an MLA or a MoE model sets (the others keep their defaults, which are no flags to write).
 _MLA_FIELDS = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
 _MOE_FIELDS = {"moe_layer_freq", "moe_router_topk"}
 
 
 def _text(value: object) -> str:
+    """A flag's value: a list as nargs values."""
     if isinstance(value, (tuple, list)):
         return " ".join(shlex.quote(str(v)) for v in value)
+    return shlex.quote(str(value))
+
+
+def _model_text(value: object) -> str:
+    """A model flag's value as arguments.py parses it: a tuple as "a,b" (`tuple_type`), a per-layer list
+    as a Python list expression (`moe_freq_type`, `no_rope_freq_type`)."""
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, list):
+        return shlex.quote("[" + ",".join(str(v) for v in value) + "]")
     return shlex.quote(str(value))
 
 
@@ -41,9 +56,12 @@ def model_flags(model: ModelArch, seq_length: int) -> list[str]:
     for name, flag in MODEL_FLAGS.items():
         value = model.__dict__.get(name)
         if name not in skip and value is not None and not (name == "mtp_num_layers" and not value):
-            out.append(f"{flag} {_text(value)}")
+            out.append(f"{flag} {_model_text(value)}")
     if model.num_query_groups:
         out.append("--group-query-attention")
+    if model.hidden_dropout is not None:
+        out.append(f"--attention-dropout {_model_text(model.hidden_dropout)}")
+    out += [flag for name, flag in _SWITCHES.items() if model.__dict__.get(name)]
     if model.swiglu:
         out.append("--swiglu")
     if model.untie_embeddings_and_output_weights:
@@ -98,6 +116,9 @@ def command(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) -> s
     dtype = "--fp16" if workload.training.fp16 else "--bf16"  # FP8 GEMMs run inside a BF16/FP16 model
     flags = [*model_flags(model, cfg.seq_length), *on, dtype]
     lines = [f"{launcher} pretrain_gpt.py \\", *(f"    {f} \\" for f in flags), '    "$@"']
+    if model.attention_chunk_size:
+        lines.append(f"# not a Megatron-LM argument: attention_chunk_size {model.attention_chunk_size} (Llama 4's chunked "
+                     "attention, Megatron-Bridge llama4_utils.py); this command runs full attention on those layers")
     if off:
         lines.append(f"# off (the Megatron-LM default: store_true flags with no --no- form, or value flags left unset): {' '.join(off)}")
     return "\n".join(lines)
