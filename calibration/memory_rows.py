@@ -13,9 +13,8 @@ from typing import Any
 from oracle.catalog import gpu as catalog_gpu
 from oracle.catalog import model_card, model_names
 from oracle.evaluate import evaluate_config
-from oracle.specs import ClusterSpec, EvalResult, ModelArch, TrainingArgs, Workload
-
 from oracle.performance.work import RECOMPUTE_MODULES
+from oracle.specs import ClusterSpec, EvalResult, ModelArch, TrainingArgs, Workload
 
 from .rows import DATA, MODELLED, recipe_facts
 

@@ -5,17 +5,45 @@ MAPE (dense / MoE x NVIDIA / AMD) and the order check."""
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
 
+import yaml
+
 from oracle.catalog import gpu as catalog_gpu
+from oracle.performance.uncertainty import UNCERTAINTY_FILE, family_name
 
 from .memory_rows import load_memory_rows, memory_verdict
 from .rows import MODELLED, Row, load_rows, order_pairs, project, recipe_facts, setup
 
 
 def _family(row: Row) -> str:
-    kind = "moe" if setup(row).model.is_moe else "dense"
-    return f"{kind}/{catalog_gpu(row.gpu).vendor}"
+    return family_name(setup(row).model, catalog_gpu(row.gpu))
+
+
+def family_errors(rows: list[Row]) -> dict[str, list[float]]:
+    """|projected / measured - 1| of every row the product projects, by family (dense / MoE x vendor)."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        p = project(row)
+        if p is not None:
+            out[_family(row)].append(abs(p.error))
+    return dict(out)
+
+
+def uncertainty_table(rows: list[Row]) -> dict[str, dict[str, float]]:
+    """Per family: MAPE, max |error| and row count, as `oracle/performance/uncertainty.yaml` states them."""
+    return {fam: {"mape": round(sum(e) / len(e), 4), "max_abs": round(max(e), 4), "rows": len(e)}
+            for fam, e in sorted(family_errors(rows).items())}
+
+
+def write_uncertainty(rows: list[Row]) -> None:
+    """Write the per-family error table the oracle states as its uncertainty."""
+    head = ("# Written by `benchmarks/accuracy.py --write-uncertainty` (calibration/report.py): per family\n"
+            "# (dense / MoE x GPU vendor) the accuracy report's MAPE, max |error| and rows. The oracle states\n"
+            "# the MAPE as its uncertainty (oracle/performance/uncertainty.py); do not edit by hand.\n")
+    UNCERTAINTY_FILE.write_text(head + yaml.safe_dump({"families": uncertainty_table(rows)}, sort_keys=True),
+                                encoding="utf-8")
 
 
 def throughput_report(rows: list[Row]) -> tuple[float, float, int]:
@@ -24,14 +52,13 @@ def throughput_report(rows: list[Row]) -> tuple[float, float, int]:
     print(f"published throughput runs the product rejects: {len(rejected)}")
     for r in rejected:
         print(f"  REJECTED {r.id}: {setup(r).rejection}")
-    errors, by_family = {}, defaultdict(list)
+    errors, by_family = {}, family_errors(rows)
     print(f"{'row':9s} {'model':16s} {'gpu':9s} {'measured':>10s} {'projected':>10s} {'error':>7s}  chosen / tuned")
     for row in rows:
         p = project(row)
         if p is None:
             continue
         errors[row.id] = abs(p.error)
-        by_family[_family(row)].append(abs(p.error))
         c = p.cfg
         split = c.pp_layout or ("acct" if c.pp_embedding_in_split or c.pp_loss_in_split else "") or (
             f"first={c.pp_first_layers},last={c.pp_last_layers}" if c.pp_first_layers or c.pp_last_layers else "even")
@@ -85,6 +112,9 @@ def memory_report() -> tuple[float, int, int]:
 def main() -> None:
     mape, worst, rejected = throughput_report(load_rows())
     memory_report()
+    if "--write-uncertainty" in sys.argv[1:]:
+        write_uncertainty(load_rows())
+        print(f"wrote {UNCERTAINTY_FILE}")
     print(f"mape={mape:.1f}% max_abs_err={worst:.1f}% rows={len(load_rows()) - rejected} rejected={rejected}")
 
 

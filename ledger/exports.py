@@ -14,7 +14,7 @@ import yaml
 
 from oracle.specs import EffectiveConfig, Workload
 
-from .models import TrialRecord
+from .models import Measurement, TrialRecord
 
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -73,33 +73,86 @@ def write_overlays(directory: Path, workload: Workload, trials: list[TrialRecord
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_plot(path: Path, trials: list[TrialRecord], title: str) -> None:
-    """trials.png: tokens/s/GPU per trial, the incumbent as a step line, rejected points marked."""
+def phase_of(origin: str) -> str:
+    """The search phase a trial's origin tag belongs to: seed, llm:plan / llm:roundN, sweep, or other."""
+    if origin.startswith("seed:"):
+        return "seed"
+    if origin.startswith("llm:"):
+        return origin
+    return origin if origin == "sweep" else "other (MCP, CLI)"
+
+
+def savefig(path: Path, fig: Any) -> None:
+    """Write a matplotlib figure as PNG, atomically, and free it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    _atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    plt.close(fig)
+
+
+def figure(*args: Any, **kw: Any) -> Any:
+    """`plt.subplots` on the headless Agg backend."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    ok = [(i, t.tokens_per_s_per_gpu) for i, t in enumerate(trials, 1)
-          if t.legal and t.fits and t.tokens_per_s_per_gpu is not None]
-    rejected = [i for i, t in enumerate(trials, 1) if not (t.legal and t.fits)]
-    incumbent, best = [], 0.0
-    for i, t in enumerate(trials, 1):
-        if t.legal and t.fits and t.tokens_per_s_per_gpu:
-            best = max(best, t.tokens_per_s_per_gpu)
-        incumbent.append(best or None)
+    return plt.subplots(*args, **kw)
+
+
+def write_plot(path: Path, trials: list[TrialRecord], title: str, *, baseline: float | None = None,
+               measured: list[Measurement] = (), winner_id: int | None = None, error: float | None = None) -> None:
+    """trials.png: projected tokens/s/GPU of each scored trial in the order scored, the search phases
+    divided and named, the incumbent as a step line, the band within the oracle's stated `error` of the
+    best, the baseline and measured figures as lines, and the rejected trials on a strip of their own by
+    reason (illegal, does not fit). Memory-only checks are not drawn (they have no throughput)."""
+    scored = [t for t in trials if t.fidelity != "memory_only" or not t.legal or t.fits is False]
+    fig, (ax, strip) = figure(2, 1, figsize=(9, 5.2), sharex=True, gridspec_kw={"height_ratios": [5, 1]})
+    xs = range(1, len(scored) + 1)
+    ok = [(i, t.tokens_per_s_per_gpu) for i, t in zip(xs, scored) if t.legal and t.fits and t.tokens_per_s_per_gpu]
     if ok:
-        ax.scatter(*zip(*ok), s=18, label="trial (legal, fits)", color="tab:blue")
-    floor = min((v for _, v in ok), default=0.0) * 0.95
-    if rejected:
-        ax.scatter(rejected, [floor] * len(rejected), marker="x", color="tab:red",
-                   label="rejected (illegal or does not fit)")
-    ax.step(range(1, len(trials) + 1), incumbent, where="post", color="tab:green", label="incumbent")
-    ax.set_xlabel("trial")
-    ax.set_ylabel("tokens/s/GPU")
-    ax.set_title(title)
-    ax.legend(loc="best")
-    fig.tight_layout()
-    _atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
-    plt.close(fig)
+        ax.scatter(*zip(*ok), s=16, color="tab:blue", label="trial (legal, fits)")
+    incumbent, best = [], None
+    for t in scored:
+        if t.legal and t.fits and t.tokens_per_s_per_gpu:
+            best = max(best or 0.0, t.tokens_per_s_per_gpu)
+        incumbent.append(best)
+    ax.step(list(xs), incumbent, where="post", color="tab:green", label="incumbent (best so far)")
+    if error and best:
+        ax.axhspan(best * (1 - error), best, color="tab:green", alpha=0.08,
+                   label=f"within the oracle's error (±{100 * error:.1f}%) of the best")
+    if baseline is not None:
+        ax.axhline(baseline, color="tab:gray", linestyle="--", label=f"baseline (workload's layout) {baseline:,.0f}")
+    for m in measured:
+        ax.axhline(m.tokens_per_s_per_gpu, color="tab:purple", linestyle=":",
+                   label=f"measured, trial {m.trial_id}: {m.tokens_per_s_per_gpu:,.0f}")
+    for i, t in zip(xs, scored):
+        if t.id == winner_id and t.tokens_per_s_per_gpu:
+            ax.scatter([i], [t.tokens_per_s_per_gpu], marker="*", s=180, color="gold", edgecolor="black", zorder=5,
+                       label=f"winner (trial {t.id})")
+    phases = [phase_of(t.origin) for t in scored]
+    for i in range(1, len(phases)):
+        if phases[i] != phases[i - 1]:
+            for a in (ax, strip):
+                a.axvline(i + 0.5, color="black", linewidth=0.8, alpha=0.5)
+    start = 0
+    for i in range(1, len(phases) + 1):
+        if i == len(phases) or phases[i] != phases[start]:
+            ax.text((start + i + 1) / 2, 1.01, phases[start], transform=ax.get_xaxis_transform(), ha="center",
+                    va="bottom", fontsize=8)
+            start = i
+    for marker, color, label, which in (("x", "tab:red", "illegal", lambda t: not t.legal),
+                                        ("v", "tab:orange", "does not fit (OOM)", lambda t: t.legal and t.fits is False)):
+        hits = [i for i, t in zip(xs, scored) if which(t)]
+        if hits:
+            strip.scatter(hits, [0] * len(hits), marker=marker, color=color, label=f"{label}: {len(hits)}")
+    strip.set_yticks([])
+    strip.set_ylabel("rejected", fontsize=8)
+    if strip.get_legend_handles_labels()[0]:
+        strip.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    strip.set_xlabel("trial, in the order scored (memory-only checks not drawn)")
+    ax.set_ylabel("projected tokens/s/GPU")
+    ax.set_title(title, pad=16)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    savefig(path, fig)

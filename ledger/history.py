@@ -15,13 +15,18 @@ def history_lines(ledger: Ledger, run_id: int, baseline: EffectiveConfig, k: int
     trials = ledger.trials(run_id)
     if k is not None:
         trials = trials[max(len(trials) - k, 0) :]
-    base = baseline.model_dump()
-    return [trial_line(t, base) for t in trials]
+    base = baseline.as_trial().__dict__
+    measured = {m.trial_id: m.tokens_per_s_per_gpu for m in ledger.measurements(run_id)}  # the latest wins
+    return [trial_line(t, base, measured.get(t.id)) for t in trials]
 
 
-def trial_line(trial: TrialRecord, base: dict[str, Any]) -> str:
-    """`#id fidelity origin: knob=value ... | legal fits 41.2 GiB 3120.5 tok/s/GPU` (or the violations)."""
-    changed = [f"{k}={_show(trial.config.get(k))}" for k, v in base.items() if trial.config.get(k) != v]
+def trial_line(trial: TrialRecord, base: dict[str, Any], measured: float | None = None) -> str:
+    """`#id fidelity origin: knob=value ... | legal fits 41.2 GiB 3120.5 tok/s/GPU` (or the violations),
+    then the calibrated projection and the measured figure when the run has them. `base` is the
+    baseline's knobs (`EffectiveConfig.as_trial`); the knob=value words are `--set` arguments that
+    give the trial's layout back (knobs the layout leaves unset follow from the others)."""
+    knobs = EffectiveConfig(**{k: v for k, v in trial.config.items() if k != "key"}).as_trial().__dict__
+    changed = [f"{k}={_show(v)}" for k, v in knobs.items() if v != base[k] and v is not None]
     head = f"#{trial.id} {trial.fidelity} {trial.origin}: {' '.join(changed) or 'baseline'}"
     if not trial.legal:
         codes = ",".join(v.code for v in trial.result.violations) or trial.result.reason or "unknown rule"
@@ -29,8 +34,17 @@ def trial_line(trial: TrialRecord, base: dict[str, Any]) -> str:
     fits = {True: "fits", False: "OOM", None: "fits=?"}[trial.fits]
     mem = "-" if trial.memory_per_gpu_gb is None else f"{trial.memory_per_gpu_gb:.1f}"
     tps = "-" if trial.tokens_per_s_per_gpu is None else f"{trial.tokens_per_s_per_gpu:.1f}"
-    return f"{head} | legal {fits} {mem} GiB {tps} tok/s/GPU"
+    line = f"{head} | legal {fits} {mem} GiB {tps} tok/s/GPU"
+    cal = trial.calibrated
+    if cal is not None and cal.tokens_per_s_per_gpu is not None:
+        line += f" | calibrated {cal.tokens_per_s_per_gpu:.1f} tok/s/GPU"
+        if cal.memory_per_gpu_gb is not None:
+            line += f" {cal.memory_per_gpu_gb:.1f} GiB{'' if cal.fits else ' OOM'}"
+    if measured is not None:
+        line += f" | measured {measured:.1f} tok/s/GPU"
+    return line
 
 
 def _show(value: object) -> str:
-    return "none" if value is None else str(value)
+    """A knob value as `--set` reads it back: a list comma-joined."""
+    return ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)

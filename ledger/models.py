@@ -31,8 +31,42 @@ class RunInfo(_Row):
     budget: Budget
 
 
+class Factors(_Row):
+    """Per-run corrections fitted to the user's measurements (`planner/measurements.py`)."""
+
+    compute: float  # multiplies compute + recompute ms
+    other: float  # multiplies communication, pipeline bubble and optimizer ms
+    activations: float  # multiplies activation GiB (weights, grads, optimizer, buffers stay as projected)
+    measurements: int
+    fit: str  # how they were fitted, in words
+
+
+class Calibrated(_Row):
+    """A trial's projection with its run's factors applied; the raw result is kept beside it."""
+
+    tokens_per_s_per_gpu: float | None
+    iteration_ms: float | None
+    memory_per_gpu_gb: float | None
+    fits: bool | None
+    factors: Factors
+
+
+class Measurement(_Row):
+    """What the user's cluster measured for one trial (source: measured)."""
+
+    id: int
+    run_id: int
+    trial_id: int
+    tokens_per_s_per_gpu: float
+    peak_memory_gib: float | None
+    note: str
+    created: str
+    source: Literal["measured"] = "measured"
+
+
 class TrialRecord(_Row):
-    """One evaluated layout at one fidelity; `config` is the canonical effective config."""
+    """One evaluated layout at one fidelity; `config` is the canonical effective config; `calibrated` is
+    its projection under the run's measurement factors, when the run has measurements."""
 
     id: int
     run_id: int
@@ -47,6 +81,7 @@ class TrialRecord(_Row):
     wall_ms: float
     origin: str
     created: str
+    calibrated: Calibrated | None = None
 
 
 class Note(_Row):

@@ -49,6 +49,13 @@ MIGRATIONS: list[tuple[str, ...]] = [
         f"""CREATE TABLE benchmark_measurements (
             shape_key TEXT PRIMARY KEY, data_json TEXT NOT NULL, {_CREATED})""",
     ),
+    (  # v3: what the user's cluster measured for a trial, and each trial's projection calibrated to them
+        f"""CREATE TABLE measurements (
+            id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs (id),
+            trial_id INTEGER NOT NULL REFERENCES trials (id), tokens_per_s_per_gpu REAL NOT NULL,
+            peak_memory_gib REAL, note TEXT NOT NULL DEFAULT '', {_CREATED})""",
+        "ALTER TABLE trials ADD COLUMN calibrated_json TEXT",
+    ),
 ]
 
 

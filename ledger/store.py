@@ -21,8 +21,10 @@ from .keyguard import refuse_keys
 from .models import (
     FIDELITIES,
     BudgetLine,
+    Calibrated,
     Fidelity,
     LLMCall,
+    Measurement,
     Note,
     RunInfo,
     RunStatus,
@@ -66,6 +68,7 @@ def _trial(row: Mapping[str, Any]) -> TrialRecord:
         fits=None if row["fits"] is None else bool(row["fits"]),
         tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"], memory_per_gpu_gb=row["memory_per_gpu_gb"],
         wall_ms=row["wall_ms"], origin=row["origin"], created=row["created"],
+        calibrated=Calibrated.model_validate_json(row["calibrated_json"]) if row["calibrated_json"] else None,
     )
 
 
@@ -252,6 +255,36 @@ class Ledger:
             sql, args = sql + " AND fidelity = ?", (run_id, fidelity)
         rows = self._rows(sql + " ORDER BY tokens_per_s_per_gpu DESC, id LIMIT 1", args)
         return _trial(rows[0]) if rows else None
+
+    def trial(self, run_id: int, trial_id: int) -> TrialRecord:
+        rows = self._rows("SELECT * FROM trials WHERE run_id = ? AND id = ?", (run_id, trial_id))
+        if not rows:
+            raise InputError(f"no trial {trial_id} in run {run_id}", file=str(self.path), key="trial")
+        return _trial(rows[0])
+
+    # ---- measurements and calibration --------------------------------------------------------
+    def record_measurement(self, run_id: int, trial_id: int, tokens_per_s_per_gpu: float,
+                           peak_memory_gib: float | None = None, note: str = "") -> Measurement:
+        """Store what the cluster measured for one trial of the run."""
+        refuse_keys("measurements.note", note)
+        with self._write() as conn:
+            self._require_run(conn, run_id)
+            if conn.execute("SELECT 1 FROM trials WHERE run_id = ? AND id = ?", (run_id, trial_id)).fetchone() is None:
+                raise InputError(f"no trial {trial_id} in run {run_id}", file=str(self.path), key="trial")
+            cur = conn.execute(
+                "INSERT INTO measurements (run_id, trial_id, tokens_per_s_per_gpu, peak_memory_gib, note) "
+                "VALUES (?, ?, ?, ?, ?)", (run_id, trial_id, tokens_per_s_per_gpu, peak_memory_gib, note))
+            return Measurement(**_by_id(conn, "measurements", cur.lastrowid))
+
+    def measurements(self, run_id: int) -> list[Measurement]:
+        return [Measurement(**r) for r in self._rows("SELECT * FROM measurements WHERE run_id = ? ORDER BY id",
+                                                      (run_id,))]
+
+    def set_calibrated(self, run_id: int, values: dict[int, Calibrated | None]) -> None:
+        """Store each trial's calibrated projection (None clears it), in one transaction."""
+        with self._write() as conn:
+            conn.executemany("UPDATE trials SET calibrated_json = ? WHERE run_id = ? AND id = ?",
+                             [(c.model_dump_json() if c else None, run_id, i) for i, c in values.items()])
 
     # ---- budget ------------------------------------------------------------------------------
     def budget_status(self, run_id: int) -> dict[Fidelity, BudgetLine]:

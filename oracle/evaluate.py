@@ -9,6 +9,7 @@ from .legality import validate
 from .memory import estimate_memory
 from .performance import simulate
 from .performance.calibration import calibrated
+from .performance.uncertainty import uncertainty
 from .pipeline_split import Stage
 from .specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
 from .specs.trusted import trusted
@@ -43,7 +44,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
             "legal": False, "reason": "; ".join(v.message for v in violations), "violations": violations,
             "fits": None, "memory_per_gpu_gb": None, "param_optimizer_gb": None, "activation_gb": None,
             "memory_cap_gb": cap, "iteration_ms": None, "tokens_per_s_per_gpu": None, "tflops_per_gpu": None,
-            "mfu": None, "derived_dp": dp or None, "source": source,
+            "mfu": None, "error": None, "error_family": None, "derived_dp": dp or None, "source": source,
             "breakdown": {}, "config": config, "config_key": key,
         })
     mem = estimate_memory(model, cfg, cluster)
@@ -52,6 +53,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
     breakdown = mem.breakdown  # a new dict per estimate: the result may own it
     breakdown.update(_stage_layers(facts.stages))
     perf = simulate(model, cfg, cluster) if performance else None
+    error = uncertainty(model, cluster.gpu) if perf is not None else None
     if perf is not None:
         breakdown.update({f"time_{k}_ms": v for k, v in perf.breakdown.items()})
         breakdown["time_gpu_calibrated"] = float(calibrated(cluster.gpu))  # 0: constants borrowed from another family
@@ -63,6 +65,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
         "tokens_per_s_per_gpu": perf.tokens_per_s_per_gpu if perf else None,
         "tflops_per_gpu": perf.tflops_per_gpu if perf else None,
         "mfu": perf.mfu if perf else None,
+        "error": error.mape if error else None, "error_family": error.family if error else None,
         "derived_dp": dp, "source": source,
         "breakdown": breakdown, "config": config, "config_key": key,
     })

@@ -11,17 +11,21 @@ from pathlib import Path
 from typing import Any
 
 from ledger import exports
-from ledger.models import Fidelity, TrialRecord
+from ledger.models import Fidelity, Measurement, TrialRecord
 from ledger.store import BudgetExhausted, Ledger
 from oracle.benchmark import evaluate_with_benchmark
 from oracle.benchmark.cache import LedgerCache
 from oracle.constraints import rule_violations, search_rules
 from oracle.evaluate import evaluate_config
 from oracle.legality import validate
+from oracle.performance.uncertainty import uncertainty
 from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .investigator.llm_config import named_llm
 from .launch import LaunchPlan, launch_plan
+from .measurements import recalibrate
+from .pick import Pick, PickRule, pick
+from .plots import write_breakdown_plot
 from .seed_plan import seed_plan
 from .sweep import SweepResult
 
@@ -46,7 +50,7 @@ def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
           fidelity: Fidelity, *, origin: str) -> tuple[TrialRecord, bool]:
     """(trial, cached) of one layout at one fidelity through the ledger's dedupe and budget; an
     illegal layout (or one a search constraint refuses) is recorded with its violations without
-    spending budget."""
+    spending budget. A new trial of a run with measurements is stored with its calibrated projection."""
     scorer = SCORERS[fidelity]
     if validate(workload.model, cfg, cluster) or rule_violations(search_rules(workload, cluster), cfg):
         hit = ledger.lookup(run_id, cfg.key, fidelity)
@@ -54,7 +58,11 @@ def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
             return hit, True
         result = scorer(ledger, workload, cluster, cfg)
         return ledger.record_trial(run_id, cfg, result, fidelity=fidelity, wall_ms=0.0, origin=origin), False
-    return ledger.evaluate_once(run_id, cfg, fidelity, lambda: scorer(ledger, workload, cluster, cfg), origin=origin)
+    record, cached = ledger.evaluate_once(run_id, cfg, fidelity, lambda: scorer(ledger, workload, cluster, cfg),
+                                          origin=origin)
+    if not cached and record.result.iteration_ms and recalibrate(ledger, run_id, [record.id]) is not None:
+        record = ledger.trial(run_id, record.id)
+    return record, cached
 
 
 def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, *, budget: int,
@@ -83,13 +91,21 @@ def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: Cl
 
 def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
     """Store a sweep's top-k as trials (no budget: the sweep is the reference) and its summary."""
-    for r in result.top:
-        ledger.record_trial(run_id, EffectiveConfig(**r.config), r, fidelity="simulate", wall_ms=0.0, origin="sweep")
+    ids = [ledger.record_trial(run_id, EffectiveConfig(**r.config), r, fidelity="simulate", wall_ms=0.0,
+                               origin="sweep").id for r in result.top]
+    recalibrate(ledger, run_id, ids)
     ledger.record_sweep_summary(
         run_id, space_size=result.space_size, legal=result.space_size, fits=result.fits, scored=result.scored,
         top_k=[{"config_key": r.config_key, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu} for r in result.top],
         wall_s=result.wall_s,
     )
+
+
+def final_pick(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
+               rule: PickRule = "robust") -> tuple[TrialRecord | None, Pick | None]:
+    """(winner, why) among the run's fitting trials under the oracle's stated error for the family (`pick`)."""
+    chosen = pick(ledger.trials(run_id), uncertainty(workload.model, cluster.gpu).mape, rule)
+    return (ledger.trial(run_id, chosen.trial_id) if chosen else None), chosen
 
 
 def how_to_run(best: TrialRecord | None, workload: Workload, cluster: ClusterSpec, workload_file: str,
@@ -101,14 +117,20 @@ def how_to_run(best: TrialRecord | None, workload: Workload, cluster: ClusterSpe
 
 
 def write_artifacts(out_dir: Path, workload: Workload, cluster: ClusterSpec, trials: list[TrialRecord],
-                    summary: dict[str, Any], launch: LaunchPlan | None) -> list[str]:
-    """trials.jsonl, summary.json, trials/*.yaml, trials.png and (with a winner) launch.sh and the files
-    its command reads, in `out_dir`; returns the names written."""
+                    summary: dict[str, Any], launch: LaunchPlan | None, *, baseline: EvalResult,
+                    winner: TrialRecord | None, measured: list[Measurement], error: float | None) -> list[str]:
+    """trials.jsonl, summary.json, trials/*.yaml, trials.png and (with a winner) breakdown.png, launch.sh
+    and the files its command reads, in `out_dir`; returns the names written."""
+    title = f"{workload.name} on {cluster.name}"
     exports.write_trials_jsonl(out_dir / "trials.jsonl", trials)
     exports.write_summary(out_dir / "summary.json", summary)
     exports.write_overlays(out_dir / "trials", workload, trials)
-    exports.write_plot(out_dir / "trials.png", trials, f"{workload.name} on {cluster.name}")
+    exports.write_plot(out_dir / "trials.png", trials, title, baseline=baseline.tokens_per_s_per_gpu,
+                       measured=measured, winner_id=winner.id if winner else None, error=error)
     written = ["trials.jsonl", "summary.json", "trials/", "trials.png"]
+    if winner is not None and winner.result.iteration_ms and baseline.iteration_ms:
+        write_breakdown_plot(out_dir / "breakdown.png", baseline, winner.result, f"{title}: baseline vs winner")
+        written.append("breakdown.png")
     if launch is not None:
         exports.write_text(out_dir / "launch.sh", f"#!/usr/bin/env bash\n# stack: {cluster.stack_text}\n"
                            f"{launch.command}\n")

@@ -12,11 +12,14 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ledger import exports
+from ledger.models import Calibrated
 from ledger.store import Ledger
 from oracle.benchmark.gate import BenchmarkUnavailable, benchmark_device
 from oracle.errors import InputError
-from oracle.specs import ClusterSpec, EvalResult, Workload
+from oracle.evaluate import evaluate_simulate
+from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
 
+from .explain import Explanation, explain
 from .investigator.llm_config import (
     LLMConfig,
     LLMNotConfigured,
@@ -25,7 +28,8 @@ from .investigator.llm_config import (
 )
 from .investigator.models import InvestigationReport, InvestigatorOptions
 from .launch import LaunchPlan
-from .runs import how_to_run, record_sweep, score_seed_plan, write_artifacts
+from .pick import Pick, PickRule
+from .runs import final_pick, how_to_run, record_sweep, score_seed_plan, write_artifacts
 from .sweep import SweepResult, sweep
 
 LLM_SHARE = 0.5  # with an LLM phase ahead, the seed plan leaves this share of the simulate budget to it
@@ -42,6 +46,7 @@ class TuneOptions(BaseModel):
     jobs: int | None = None
     top_k: int = 10
     profiling_mode: Literal["simulate", "benchmark"] = "simulate"
+    pick: PickRule = "robust"
     investigator: InvestigatorOptions = Field(default_factory=InvestigatorOptions)
     serve_args: tuple[str, ...] = ()  # the command line's search flags, handed to the `paratune serve` child
 
@@ -51,7 +56,12 @@ class TuneOutcome(BaseModel):
 
     run_id: int
     winner: EvalResult | None
+    winner_trial_id: int | None
     winner_origin: str | None
+    winner_calibrated: Calibrated | None
+    pick: Pick | None
+    baseline: EvalResult = Field(description="the workload's own layout, simulated")
+    attribution: Explanation | None = Field(description="why the winner beats the baseline (planner/explain.py)")
     seed_best: float | None
     sweep_best: float | None
     seed_vs_sweep: float | None
@@ -158,21 +168,26 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
             swept = sweep(workload, cluster, top_k=options.top_k, jobs=options.jobs, progress=progress)
             record_sweep(ledger, run.id, swept)
             timings["sweep_s"] = swept.wall_s
-        best = ledger.best(run.id)
+        best, chosen = final_pick(ledger, run.id, workload, cluster, options.pick)
         trials = ledger.trials(run.id)
         ledger.set_status(run.id, "finished")
+        attribution = explain(workload, cluster, TrialConfig(), EffectiveConfig(**best.config).as_trial()) if best else None
         timings["total_s"] = time.perf_counter() - start
         sweep_best = swept.top[0].tokens_per_s_per_gpu if swept and swept.top else None
         launch = how_to_run(best, workload, cluster, workload_file, str(out_dir))
         outcome = TuneOutcome(
-            run_id=run.id, winner=best.result if best else None, winner_origin=best.origin if best else None,
-            seed_best=seeds.best, sweep_best=sweep_best,
+            run_id=run.id, winner=best.result if best else None, winner_trial_id=best.id if best else None,
+            winner_origin=best.origin if best else None, winner_calibrated=best.calibrated if best else None,
+            pick=chosen, baseline=attribution.baseline if attribution else evaluate_simulate(workload, cluster),
+            attribution=attribution, seed_best=seeds.best, sweep_best=sweep_best,
             seed_vs_sweep=seeds.best / sweep_best if seeds.best and sweep_best else None,
             space_size=swept.space_size if swept else None, sweep_fits=swept.fits if swept else None,
             trials=len(trials), seed_trials=sum(t.origin.startswith("seed:") for t in trials),
             budget_exhausted=seeds.exhausted, llm_phase=status, hypotheses=report.hypotheses if report else [],
             investigation=report, timings_s=timings, stack=cluster.stack_text, launch=launch,
         )
-        write_artifacts(out_dir, workload, cluster, trials, outcome.model_dump(mode="json"), launch)
+        write_artifacts(out_dir, workload, cluster, trials, outcome.model_dump(mode="json"), launch,
+                        baseline=outcome.baseline, winner=best, measured=ledger.measurements(run.id),
+                        error=chosen.error if chosen else None)
         exports.write_text(out_dir / "scratchpad.txt", _scratchpad(ledger, run.id))
     return outcome

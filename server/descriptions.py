@@ -51,6 +51,16 @@ TOOLS: dict[str, str] = {
         f"{_CONFIG} Returns legal, the violations (code and sentence), the resolved effective config with its "
         "canonical key, and the derived data-parallel size."
     ),
+    "explain": (
+        "Why one layout beats another: from_config (default {}, the workload's own layout) to to_config "
+        "(default: the run's best trial). Returns both EvalResults, the path of single-knob changes between "
+        "them (a knob with the knobs that only qualify it; two knobs when only legal together), each "
+        "re-projected with its tokens/s/GPU and memory delta and the same change's gain on the baseline "
+        "alone (knobs interact: the order matters, and `order` says how it was chosen), and the "
+        "term-by-term difference of the two time breakdowns (ms/iteration: compute, recompute, TP/CP/EP/FSDP "
+        "communication, exposed DP communication, pipeline bubble, optimizer) and memory breakdowns (GiB: "
+        "weights, grads, optimizer, activations, buffers). Free and not recorded; takes a second or two."
+    ),
     "get_legal_axes": (
         "The values each knob may take on its own for this model on this cluster (divisibility of heads, "
         "layers, experts, sequence, world size), limited to what the cluster's stack has and the search "
@@ -61,13 +71,23 @@ TOOLS: dict[str, str] = {
     ),
     "get_history": (
         "The run's latest k trials, oldest first, one line each: trial id, fidelity, origin, the knobs that "
-        "differ from the baseline, then legality, fit, memory and tokens/s/GPU. Free. Call it to see what "
+        "differ from the baseline, then legality, fit, memory and tokens/s/GPU (raw; then calibrated and "
+        "measured where the run has measurements). Free. Call it to see what "
         "has been tried before proposing more."
     ),
     "get_best": (
-        "The incumbent: the legal, fitting trial with the highest tokens/s/GPU (optionally at one fidelity), "
-        "with the cluster's stack and its launch (command and the files it reads). Free. found=false when "
-        "nothing has been simulated yet."
+        "The incumbent: the legal, fitting trial with the highest raw projected tokens/s/GPU (optionally at one "
+        "fidelity), with its calibrated projection and measurements when the run has them, the cluster's stack "
+        "and its launch (command and the files it reads). Free. found=false when nothing has been simulated yet."
+    ),
+    "record_measurement": (
+        "Record what the user's cluster measured for a trial of the active run (trial_id from an evaluation "
+        "or get_history): tokens_per_s_per_gpu, optionally peak_memory_gib per GPU. Stored in the ledger "
+        "(source measured); the run's correction factors are refitted from all its measurements (one time "
+        "factor, or two: compute and communication/bubble/optimizer, when the measured layouts differ in "
+        "that mix; one activation-memory factor from measured peaks) and every projection of the run "
+        "then carries `calibrated` beside its raw value. Returns the measurement, the factors with how "
+        "they were fitted, and the trial raw and calibrated."
     ),
     "get_architecture": (
         "The workload: model architecture in Megatron argument names (layers, hidden size, heads, query "
@@ -120,7 +140,9 @@ TOOLS: dict[str, str] = {
     "export_best": (
         "Write the run's artifacts to out_dir (under the allowed roots; created if missing): trials.jsonl, "
         "summary.json, trials.png, trials/<id>.yaml (re-runnable workload overlays) and, when there is a "
-        "winner, launch.sh and the files its command reads (Primus: winner.primus.yaml). Free. Returns the "
-        "files, the winner, the stack and its launch."
+        "winner, launch.sh and the files its command reads (Primus: winner.primus.yaml). The winner is the "
+        "robust pick by default (of the layouts within the oracle's stated error of the best, the one with the "
+        "most memory headroom, then fewer stack-specific knobs); pick=argmax takes the highest projection. "
+        "Free. Returns the files, the winner, the pick and why, the stack and its launch."
     ),
 }

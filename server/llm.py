@@ -10,7 +10,11 @@ from pydantic import BaseModel
 from ledger import Ledger
 from ledger.keyguard import refuse_keys
 from oracle.errors import InputError
-from planner.investigator.llm_config import KEYLESS_PLACEHOLDER, LLMNotConfigured, resolve_llm
+from planner.investigator.llm_config import (
+    KEYLESS_PLACEHOLDER,
+    LLMNotConfigured,
+    resolve_llm,
+)
 
 
 class LLMAnswer(BaseModel):

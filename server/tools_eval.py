@@ -1,26 +1,31 @@
-"""Tools that evaluate or check one layout: memory-only, simulate, benchmark, validate, legal axes.
+"""Tools that evaluate or check one layout: memory-only, simulate, benchmark, validate, legal axes, and
+explain (a baseline against a winner).
 
-They are coroutines, so they run inline on the event loop: their work (about a millisecond of oracle and
-one SQLite commit) costs less than the hop to a worker thread would.
+The single-layout ones are coroutines, so they run inline on the event loop: their work (about a
+millisecond of oracle and one SQLite commit) costs less than the hop to a worker thread would. `explain`
+projects tens of layouts, so it is a plain function the SDK runs in a worker thread.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the tools' `Config` type is built per session inside `tools`,
+# so their annotations must be evaluated where they are defined.
 from collections.abc import Callable
 from typing import Annotated
 
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
-from ledger import BudgetLine, Fidelity
+from ledger import BudgetLine, Calibrated, Fidelity
 from oracle.constraints import rule_violations, search_axes, search_rules
+from oracle.errors import InputError
 from oracle.layout import layout_facts
 from oracle.legality import LegalAxes, validate
 from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
+from planner.explain import Explanation
+from planner.explain import explain as explain_path
 
 from .session import Session
 
-Config = Annotated[TrialConfig, Field(default_factory=TrialConfig, description="TrialConfig knobs; {} = baseline")]
+CONFIG_TEXT = "TrialConfig knobs, or a whole layout as paratune prints one (an EvalResult's config); {} = baseline"
 Origin = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:/+-]+$",
                               description="tag recorded with the trial, e.g. 'llm:round2'")]
 
@@ -32,7 +37,9 @@ class Evaluation(BaseModel):
     cached: bool = Field(description="answered from the ledger; no budget spent")
     fidelity: Fidelity
     budget: BudgetLine = Field(description="this fidelity's budget after the call")
-    result: EvalResult
+    result: EvalResult = Field(description="the raw projection")
+    calibrated: Calibrated | None = Field(default=None, description=(
+        "the projection under the run's factors fitted to recorded measurements (record_measurement)"))
 
 
 class Validation(BaseModel):
@@ -52,13 +59,33 @@ def benchmark_unavailable(session: Session) -> str | None:
     return None
 
 
+def printed_layouts(session: Session) -> Callable[[object], object]:
+    """A validator that reads a whole printed layout (every EffectiveConfig field) as its knobs, after
+    checking its workload settings are the active run's; anything else passes to TrialConfig as is."""
+    layout_fields = set(EffectiveConfig.model_fields)
+
+    def knobs(value: object) -> object:
+        if isinstance(value, dict) and layout_fields <= set(value):
+            layout = EffectiveConfig(**{k: value[k] for k in layout_fields})
+            try:
+                return session.active.workload.knobs_of(layout).model_dump(exclude_none=True)
+            except InputError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    return knobs
+
+
 def tools(session: Session) -> list[Callable]:
     """The evaluation tools bound to `session`."""
+    knobs = BeforeValidator(printed_layouts(session))
+    Config = Annotated[TrialConfig, knobs, Field(default_factory=TrialConfig, description=CONFIG_TEXT)]
 
     def evaluation(config: TrialConfig, fidelity: Fidelity, origin: str) -> Evaluation:
         record, cached = session.evaluate(config, fidelity, origin)
         line = session.ledger.budget_status(record.run_id)[fidelity]
-        return Evaluation(trial_id=record.id, cached=cached, fidelity=fidelity, budget=line, result=record.result)
+        return Evaluation(trial_id=record.id, cached=cached, fidelity=fidelity, budget=line, result=record.result,
+                          calibrated=record.calibrated)
 
     async def evaluate_memory_only(config: Config, origin: Origin = "mcp") -> Evaluation:
         """Legality and memory of one layout (free)."""
@@ -84,10 +111,24 @@ def tools(session: Session) -> list[Callable]:
         return Validation(legal=not violations, violations=violations, config=cfg, config_key=cfg.key,
                           derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
 
+    def explain(from_config: Config, to_config: Annotated[TrialConfig | None, knobs, Field(
+            description="the winner: " + CONFIG_TEXT.split(";")[0] + "; absent = the run's best trial")] = None
+                ) -> Explanation:
+        """Why `to_config` (default: the run's best) beats `from_config` (default: the workload's layout): the
+        path of single-knob changes between them, each re-projected with its tokens/s/GPU and memory delta,
+        and the term-by-term difference of their time and memory breakdowns (free, not recorded)."""
+        a = session.active
+        if to_config is None:
+            best = session.ledger.best(a.run.id)
+            if best is None:
+                raise ToolError("the run has no legal trial that fits yet: pass to_config")
+            to_config = EffectiveConfig(**{k: v for k, v in best.config.items() if k != "key"}).as_trial()
+        return explain_path(a.workload, a.cluster, from_config, to_config)
+
     async def get_legal_axes() -> LegalAxes:
         """Per-knob values the active run may try: legal for its model and cluster, and allowed by the
         cluster's stack and the search constraints (knobs the stack lacks show only their off value)."""
         a = session.active
         return search_axes(a.workload, a.cluster)
 
-    return [evaluate_memory_only, evaluate_simulate, evaluate_with_benchmark, validate_config, get_legal_axes]
+    return [evaluate_memory_only, evaluate_simulate, evaluate_with_benchmark, validate_config, explain, get_legal_axes]

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from ledger import BudgetLine, Note, history_lines
+from ledger import BudgetLine, Calibrated, Factors, Measurement, Note, history_lines
 from oracle.specs import (
     ClusterSpec,
     EffectiveConfig,
@@ -20,6 +20,7 @@ from oracle.specs import (
     TrainingArgs,
 )
 from planner.launch import LaunchPlan
+from planner.measurements import record
 from planner.runs import configured_llm, how_to_run
 
 from .llm import LLMAnswer, ask
@@ -40,9 +41,21 @@ class Best(BaseModel):
     found: bool
     trial_id: int | None = None
     origin: str | None = None
-    result: EvalResult | None = None
+    result: EvalResult | None = Field(default=None, description="the raw projection")
+    calibrated: Calibrated | None = Field(default=None, description="under the run's measurement factors")
+    measured: list[Measurement] = Field(default_factory=list, description="what the cluster measured for it")
     stack: str | None = None
     launch: LaunchPlan | None = None
+
+
+class Recorded(BaseModel):
+    """A stored measurement, the factors the run now applies, and the measured trial under them."""
+
+    measurement: Measurement
+    factors: Factors
+    trial_id: int
+    raw: EvalResult
+    calibrated: Calibrated | None
 
 
 class Architecture(BaseModel):
@@ -95,8 +108,21 @@ def tools(session: Session) -> list[Callable]:
         best = session.ledger.best(a.run.id, fidelity)
         if best is None:
             return Best(found=False)
-        return Best(found=True, trial_id=best.id, origin=best.origin, result=best.result, stack=a.cluster.stack_text,
+        measured = [m for m in session.ledger.measurements(a.run.id) if m.trial_id == best.id]
+        return Best(found=True, trial_id=best.id, origin=best.origin, result=best.result, calibrated=best.calibrated,
+                    measured=measured, stack=a.cluster.stack_text,
                     launch=how_to_run(best, a.workload, a.cluster, a.workload_file))
+
+    async def record_measurement(
+            trial_id: Annotated[int, Field(ge=1, description="the measured trial (of the active run)")],
+            tokens_per_s_per_gpu: Annotated[float, Field(gt=0, description="what the cluster measured")],
+            peak_memory_gib: Annotated[float | None, Field(gt=0, description="measured peak per GPU")] = None,
+            note: Annotated[str, Field(max_length=2000)] = "") -> Recorded:
+        """Store what the user's cluster measured for a trial; the run's correction factors are refitted
+        and every projection of the run is re-stated as calibrated beside its raw value."""
+        run_id = session.active.run.id
+        m, f, trial = record(session.ledger, run_id, trial_id, tokens_per_s_per_gpu, peak_memory_gib, note)
+        return Recorded(measurement=m, factors=f, trial_id=trial.id, raw=trial.result, calibrated=trial.calibrated)
 
     async def get_architecture() -> Architecture:
         """The active run's workload."""
@@ -133,5 +159,5 @@ def tools(session: Session) -> list[Callable]:
         a = session.active
         return ask(session.ledger, a.run.id, a.cluster.llm_model, prompt, system=system, max_tokens=max_tokens)
 
-    return [get_history, get_best, get_architecture, get_cluster, get_budget_status, note_to_scratchpad,
-            read_scratchpad, query_llm]
+    return [get_history, get_best, record_measurement, get_architecture, get_cluster, get_budget_status,
+            note_to_scratchpad, read_scratchpad, query_llm]

@@ -22,9 +22,17 @@ from pydantic import BaseModel, Field
 
 from ledger import BudgetLine
 from oracle.errors import InputError
+from oracle.evaluate import evaluate_simulate
 from oracle.specs import Budget, EvalResult
 from planner.launch import LaunchPlan
-from planner.runs import how_to_run, record_sweep, score_seed_plan, write_artifacts
+from planner.pick import Pick
+from planner.runs import (
+    final_pick,
+    how_to_run,
+    record_sweep,
+    score_seed_plan,
+    write_artifacts,
+)
 from planner.seed_plan import seed_plan
 from planner.sweep import sweep as run_sweep
 
@@ -77,6 +85,7 @@ class Export(BaseModel):
     files: list[str]
     winner: EvalResult | None
     winner_origin: str | None
+    pick: Pick | None = Field(description="which trial won and why (robust: within the oracle's error, most headroom)")
     stack: str
     launch: LaunchPlan | None
 
@@ -145,23 +154,30 @@ def tools(session: Session) -> list[Callable]:
         return SweepReport(run_id=a.run.id, space_size=result.space_size, fits=result.fits, wall_s=result.wall_s,
                            jobs=result.jobs, top=result.top)
 
-    def export_best(out_dir: Annotated[str, Field(description="folder for the artifacts, under the allowed roots")]
-                    ) -> Export:
+    def export_best(out_dir: Annotated[str, Field(description="folder for the artifacts, under the allowed roots")],
+                    pick: Annotated[Literal["robust", "argmax"], Field(description=(
+                        "robust: of the layouts within the oracle's stated error of the best, the one with the "
+                        "most memory headroom; argmax: the highest projected tokens/s/GPU"))] = "robust") -> Export:
         """Write the active run's artifacts and return its winner."""
         a = session.active
         trials = session.ledger.trials(a.run.id)
         if not trials:
             raise InputError(f"run {a.run.id} has no trials yet: evaluate or run the seed plan first")
         target = session.roots.directory(out_dir, "out_dir")
-        best = session.ledger.best(a.run.id)
+        best, chosen = final_pick(session.ledger, a.run.id, a.workload, a.cluster, pick)
         launch = how_to_run(best, a.workload, a.cluster, a.workload_file, str(target))
         summary = {"run_id": a.run.id, "workload": a.workload.name, "cluster": a.cluster.name, "trials": len(trials),
                    "winner": best.result.model_dump(mode="json") if best else None,
                    "winner_origin": best.origin if best else None,
+                   "pick": chosen.model_dump() if chosen else None,
                    "budget": {f: line.model_dump() for f, line in session.ledger.budget_status(a.run.id).items()},
                    "stack": a.cluster.stack_text, "launch": launch.model_dump() if launch else None}
-        files = write_artifacts(target, a.workload, a.cluster, trials, summary, launch)
+        baseline = evaluate_simulate(a.workload, a.cluster)
+        summary["baseline"] = baseline.model_dump(mode="json")
+        files = write_artifacts(target, a.workload, a.cluster, trials, summary, launch, baseline=baseline, winner=best,
+                                measured=session.ledger.measurements(a.run.id), error=chosen.error if chosen else None)
         return Export(out_dir=str(target), files=files, winner=best.result if best else None,
-                      winner_origin=best.origin if best else None, stack=a.cluster.stack_text, launch=launch)
+                      winner_origin=best.origin if best else None, pick=chosen, stack=a.cluster.stack_text,
+                      launch=launch)
 
     return [open_run, run_seed_plan, sweep, export_best]

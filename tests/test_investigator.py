@@ -13,7 +13,16 @@ from dspy.utils import DummyLM
 from ledger import Ledger
 from planner.investigator.mcp_client import ServerConnection
 
-from .test_investigator_common import FITS, inputs, investigate_with, origins, plan_answer, served, step, summary
+from .test_investigator_common import (
+    FITS,
+    inputs,
+    investigate_with,
+    origins,
+    plan_answer,
+    served,
+    step,
+    summary,
+)
 from .test_server_transports import http_server
 
 
@@ -159,5 +168,5 @@ def test_the_client_reaches_a_server_by_url_with_a_bearer_token(tmp_path):
         run_id = server.call("get_budget_status")["run_id"]
         report = investigate_with(server, ledger, run_id, DummyLM([plan_answer([{"tp": 3}])]), rounds=0)
         notes = [n.text for n in ledger.notes(run_id)]
-    assert len(server.tools) == 17 and report.plan.candidates[0].status == "rejected"
+    assert len(server.tools) == 19 and report.plan.candidates[0].status == "rejected"
     assert notes[0].startswith("plan: ") and report.llm_calls == 1

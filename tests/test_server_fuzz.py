@@ -18,7 +18,9 @@ CALLS = 1200
 # What kind of value each tool parameter takes; the test fails if a tool grows a parameter not listed.
 KINDS = {"config": "config", "origin": "origin", "k": "int", "budget": "int", "jobs": "int", "top_k": "int",
          "max_tokens": "int", "fidelity": "enum", "resume": "bool", "text": "str", "author": "str", "prompt": "str",
-         "system": "str", "workload": "str", "cluster": "str", "out_dir": "str"}
+         "system": "str", "workload": "str", "cluster": "str", "out_dir": "str", "from_config": "config",
+         "to_config": "config", "pick": "enum", "trial_id": "int", "tokens_per_s_per_gpu": "float",
+         "peak_memory_gib": "float", "note": "str"}
 POSITIVE_KNOBS = ("tp", "pp", "ep", "cp", "etp", "vpp", "mbs", "gbs")
 ENUM_KNOBS = ("pp_schedule", "recompute_granularity", "recompute_method", "fp8")
 BOOL_WORDS = {"0", "1", "off", "on", "f", "t", "false", "true", "n", "y", "no", "yes", "none", "null"}
@@ -52,6 +54,7 @@ BAD = {
     "int": st.one_of(negative, st.integers(min_value=1_000_000), st.floats(0.1, 0.9), junk, containers),
     "enum": st.one_of(junk.map(lambda s: "x" + s), st.integers(), containers),
     "bool": st.one_of(st.integers(min_value=2), negative, junk, containers),
+    "float": st.one_of(st.floats(max_value=0.0, allow_nan=False), junk, containers),
     "str": not_a_string,
 }
 

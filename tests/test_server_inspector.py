@@ -40,7 +40,7 @@ def test_inspector_lists_the_tools(tmp_path):
     proc = inspector(tmp_path, "--method", "tools/list")
     assert proc.returncode == 0, proc.stderr
     tools = {t["name"]: t for t in json.loads(proc.stdout)["tools"]}
-    assert len(tools) == 17 and "evaluate_simulate" in tools and "export_best" in tools
+    assert len(tools) == 19 and "evaluate_simulate" in tools and "export_best" in tools
     assert tools["evaluate_simulate"]["inputSchema"]["properties"]["config"]
 
 

@@ -25,7 +25,8 @@ from .test_server_common import (
 
 TOOLS = {"evaluate_memory_only", "evaluate_simulate", "evaluate_with_benchmark", "validate_config", "get_legal_axes",
          "get_history", "get_best", "get_architecture", "get_cluster", "get_budget_status", "note_to_scratchpad",
-         "read_scratchpad", "query_llm", "run_seed_plan", "sweep", "open_run", "export_best"}
+         "read_scratchpad", "query_llm", "run_seed_plan", "sweep", "open_run", "export_best", "explain",
+         "record_measurement"}
 
 
 @pytest.fixture(scope="module")

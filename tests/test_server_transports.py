@@ -89,7 +89,7 @@ def test_http_session_with_a_bearer_token(tmp_path):
                 return tools, result
 
         tools, result = anyio.run(session)
-        assert len(tools.tools) == 17
+        assert len(tools.tools) == 19
         assert not result.is_error and result.structured_content["result"]["tokens_per_s_per_gpu"] > 0
 
 

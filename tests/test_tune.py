@@ -29,14 +29,22 @@ def args(name: str, out: Path, *extra: str) -> list[str]:
 def test_seed_only_writes_every_artifact(tmp_path):
     proc = subprocess.run(args("mixtral", tmp_path, "--seed-only"), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    for name in ("ledger.sqlite", "trials.jsonl", "summary.json", "trials.png", "launch.sh", "winner.primus.yaml"):
+    for name in ("ledger.sqlite", "trials.jsonl", "summary.json", "trials.png", "breakdown.png", "launch.sh",
+                 "winner.primus.yaml"):
         assert (tmp_path / name).is_file(), name
     summary = json.loads((tmp_path / "summary.json").read_text())
-    lines = (tmp_path / "trials.jsonl").read_text().splitlines()
+    lines = [json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()]
     assert summary["trials"] == len(lines) == len(list((tmp_path / "trials").glob("*.yaml")))
-    assert summary["winner"]["tokens_per_s_per_gpu"] == max(
-        json.loads(x)["result"]["tokens_per_s_per_gpu"] or 0 for x in lines
-        if json.loads(x)["result"]["legal"] and json.loads(x)["result"]["fits"])
+    fitting = {x["id"]: x["result"]["tokens_per_s_per_gpu"] for x in lines if x["result"]["legal"]
+               and x["result"]["fits"] and x["result"]["tokens_per_s_per_gpu"]}
+    pick = summary["pick"]
+    assert fitting[pick["argmax_trial_id"]] == max(fitting.values())  # the argmax, named
+    # the robust pick: within the stated error of the argmax (MoE on AMD), named in the summary
+    assert summary["winner_trial_id"] == pick["trial_id"] and pick["error"] == summary["winner"]["error"]
+    assert summary["winner"]["tokens_per_s_per_gpu"] >= max(fitting.values()) * (1 - pick["error"])
+    assert summary["baseline"]["config_key"] and summary["attribution"]["winner"]["config_key"] == (
+        summary["winner"]["config_key"])
+    assert f"pick (robust): {pick['note'][:20]}" in " ".join(proc.stdout.split())
     assert "stack: primus" in proc.stdout and "bash examples/run_pretrain.sh" in proc.stdout
     assert "PRIMUS_TP=" not in proc.stdout  # Primus's run_pretrain.sh reads no layout variables
     assert "LLM phase skipped" in proc.stderr
@@ -158,3 +166,14 @@ def test_seed_plan_scores_at_benchmark_fidelity_through_the_same_path(tmp_path):
         with pytest.raises(BenchmarkUnavailable, match="sees no GPU"):
             score_seed_plan(ledger, run.id, w, gpu_cluster, budget=2, fidelity="benchmark", note=lambda _: None)
         assert {t.fidelity for t in ledger.trials(run.id)} == {"memory_only"}
+
+
+def test_pick_argmax_names_the_highest_projection(tmp_path):
+    proc = subprocess.run(args("mixtral", tmp_path, "--seed-only", "--pick", "argmax"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    lines = [json.loads(x)["result"] for x in (tmp_path / "trials.jsonl").read_text().splitlines()]
+    best = max(r["tokens_per_s_per_gpu"] or 0 for r in lines if r["legal"] and r["fits"])
+    assert summary["pick"]["rule"] == "argmax" and summary["winner"]["tokens_per_s_per_gpu"] == best
+    assert summary["pick"]["trial_id"] == summary["pick"]["argmax_trial_id"] == summary["winner_trial_id"]

@@ -176,4 +176,5 @@ def evaluate_with_benchmark(workload: Workload, cluster: ClusterSpec,
         "memory_per_gpu_gb": total, "activation_gb": base.activation_gb + act_delta,
         "iteration_ms": perf.iteration_ms, "tokens_per_s_per_gpu": perf.tokens_per_s_per_gpu,
         "tflops_per_gpu": perf.tflops_per_gpu, "mfu": perf.mfu, "breakdown": breakdown,
+        "error": None, "error_family": None,  # anchored to a measurement: the analytic family error does not apply
     })

@@ -35,6 +35,10 @@ class EvalResult(BaseModel):
     tokens_per_s_per_gpu: float | None = None
     tflops_per_gpu: float | None = None
     mfu: float | None = None
+    # the oracle's stated relative error for this layout's family (accuracy report MAPE; uncertainty.yaml):
+    # the projection is tokens_per_s_per_gpu x (1 ± error)
+    error: float | None = None
+    error_family: str | None = None
     derived_dp: int | None = None
     source: Source
     breakdown: dict[str, float] = Field(default_factory=dict)

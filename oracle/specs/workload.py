@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from ..errors import InputError
 from .config import EffectiveConfig, TrialConfig, resolve
 from .model import ModelArch
 from .training import TrainingArgs
@@ -23,3 +24,16 @@ class Workload(BaseModel):
     def effective(self, trial: TrialConfig | None = None) -> EffectiveConfig:
         """The layout a trial gives on this workload (the baseline when `trial` is None)."""
         return resolve(self.training, trial or TrialConfig(), is_moe=self.model.is_moe)
+
+    def knobs_of(self, layout: EffectiveConfig, *, file: str = "config") -> TrialConfig:
+        """The knobs of a whole printed layout (an EvalResult's or summary's `config`); its other fields
+        (sequence length, optimizer dtypes, ...) are workload settings, or follow from the knobs (sequence
+        parallelism), and must be what this workload gives with those knobs."""
+        knobs = layout.as_trial()
+        base = self.effective(knobs)
+        differs = sorted(k for k in EffectiveConfig.model_fields
+                         if k not in TrialConfig.model_fields and getattr(layout, k) != getattr(base, k))
+        if differs:
+            raise InputError(f"{', '.join(differs)} differ from the workload's: they are workload settings, not "
+                             "knobs; change them in the workload file", file=file, key=differs[0])
+        return knobs

@@ -8,7 +8,7 @@ import sys
 
 from oracle.errors import InputError
 
-from . import catalog, project, serve, tune
+from . import catalog, explain, measure, project, serve, tune
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,8 @@ def build_parser() -> argparse.ArgumentParser:
     verbs = parser.add_subparsers(dest="verb", required=True)
     project.register(verbs)
     catalog.register(verbs)
+    explain.register(verbs)
+    measure.register(verbs)
     tune.register(verbs)
     serve.register(verbs)
     return parser

@@ -43,3 +43,7 @@ def print_result(result: EvalResult, workload: Workload, cluster: ClusterSpec) -
     for name, value in result.breakdown.items():
         table.add_row(f"  {name}", f"{value:,.3f}")
     console.print(table)
+    if result.error is not None and result.tokens_per_s_per_gpu is not None:
+        lo, hi = (result.tokens_per_s_per_gpu * (1 + s * result.error) for s in (-1, 1))
+        console.print(f"tokens/s/GPU {result.tokens_per_s_per_gpu:,.1f}, stated range {lo:,.0f}-{hi:,.0f}: "
+                      f"±{100 * result.error:.1f}%, the accuracy report's MAPE on {result.error_family} published runs")

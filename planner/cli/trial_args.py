@@ -2,8 +2,9 @@
 
 `--config` is inline JSON, a JSON/YAML file (also as `@file`), or `-` for standard input. It takes
 the knobs of a TrialConfig, or a whole layout as paratune prints one (`summary.json`'s winner
-config, an EvalResult's `config`): that layout's knobs are used, and its other fields (sequence
-length, optimizer dtypes, ...) must be the workload's, since they are workload settings, not knobs."""
+config, an EvalResult's `config`), or a trial's workload file (`trials/<id>.yaml`): that layout's
+knobs are used, and its other fields (sequence length, optimizer dtypes, the model) must be the
+workload's, since they are workload settings, not knobs."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from pathlib import Path
 import yaml
 
 from oracle.errors import InputError
+from oracle.inputs import load_workload
 from oracle.inputs.yaml_io import build, read_mapping
 from oracle.specs import EffectiveConfig, TrialConfig, Workload
 
 _LAYOUT_FIELDS = frozenset(EffectiveConfig.model_fields)
-_NOT_KNOBS = _LAYOUT_FIELDS - set(TrialConfig.model_fields)
 
 
 def _is_file(text: str) -> bool:
@@ -57,13 +58,16 @@ def _set_pairs(pairs: list[str]) -> dict:
 
 def _from_layout(data: dict, workload: Workload, file: str) -> TrialConfig:
     """The knobs of a whole printed layout, whose non-knob fields must match the workload's."""
-    cfg = build(EffectiveConfig, {k: v for k, v in data.items() if k in _LAYOUT_FIELDS}, file=file)
-    base = workload.effective()
-    differs = sorted(k for k in _NOT_KNOBS if getattr(cfg, k) != getattr(base, k))
-    if differs:
-        raise InputError(f"{', '.join(differs)} differ from the workload's: they are workload settings, not knobs; "
-                         "change them in the workload file", file=file, key=differs[0])
-    return cfg.as_trial()
+    return workload.knobs_of(build(EffectiveConfig, {k: v for k, v in data.items() if k in _LAYOUT_FIELDS}, file=file),
+                             file=file)
+
+
+def _from_workload_file(path: str, workload: Workload) -> TrialConfig:
+    """The knobs of the layout a workload file (a trial's `trials/<id>.yaml`) sets, for the same model."""
+    other = load_workload(path)
+    if other.model.model_dump(exclude={"name", "source"}) != workload.model.model_dump(exclude={"name", "source"}):
+        raise InputError("its model differs from the workload's: a trial file of another run", file=path)
+    return workload.knobs_of(other.effective(), file=path)
 
 
 def trial_from_args(config: str | None, sets: list[str] | None, workload: Workload) -> TrialConfig:
@@ -71,6 +75,9 @@ def trial_from_args(config: str | None, sets: list[str] | None, workload: Worklo
     data = _config_mapping(config) if config else {}
     data.pop("key", None)  # a printed layout's cached key
     file = "--set" if sets else "--config"
+    if "num_layers" in data or "extends" in data:  # a workload file: its layout
+        trial = _from_workload_file(config.removeprefix("@"), workload)
+        return build(TrialConfig, {**trial.model_dump(exclude_none=True), **_set_pairs(sets or [])}, file=file)
     if _LAYOUT_FIELDS <= set(data):
         trial = _from_layout(data, workload, "--config")
         return build(TrialConfig, {**trial.model_dump(exclude_none=True), **_set_pairs(sets or [])}, file=file)

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 from oracle.constraints import pinned
 from oracle.inputs import load_cluster, load_workload
 
+from ..explain import short_text
 from ..investigator.models import InvestigatorOptions
 from ..tune import TuneOptions, tune
 from .search_args import add_search_arguments, search_argv, with_search_args
@@ -45,6 +46,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--top-k", type=int, default=10, help="sweep winners to keep")
     p.add_argument("--profiling-mode", choices=("simulate", "benchmark"), default="simulate",
                    help="score seeds analytically, or measured on the local GPU (max_benchmark_calls budget)")
+    p.add_argument("--pick", choices=("robust", "argmax"), default="robust",
+                   help="robust (default): of the layouts within the oracle's stated error of the best, the one "
+                        "with the most memory headroom; argmax: the highest projected tokens/s/GPU")
     llm = p.add_argument_group("LLM phase (LLM_MODEL or agent.llm.model, with the provider's key)")
     llm.add_argument("--agent-loop", choices=("react", "rlm"), default="react",
                      help="dspy.ReAct (default) or dspy.RLM (needs Deno, or --allow-local-interpreter)")
@@ -68,7 +72,7 @@ def _run(args: argparse.Namespace) -> int:
                                        allow_local_interpreter=args.allow_local_interpreter)
     options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
                           resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
-                          profiling_mode=args.profiling_mode, investigator=investigator,
+                          profiling_mode=args.profiling_mode, pick=args.pick, investigator=investigator,
                           serve_args=tuple(search_argv(args)))
     with Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
@@ -81,8 +85,14 @@ def _run(args: argparse.Namespace) -> int:
         out.print("no legal layout that fits was found")
         return 0
     w = outcome.winner
-    out.print(f"[bold]winner[/] ({outcome.winner_origin}): {w.tokens_per_s_per_gpu:,.1f} tokens/s/GPU, "
-              f"{w.memory_per_gpu_gb:.1f} GiB of {w.memory_cap_gb:.1f} GiB per GPU")
+    error = f" ±{100 * w.error:.1f}%" if w.error is not None else ""
+    out.print(f"[bold]winner[/] (trial {outcome.winner_trial_id}, {outcome.winner_origin}): "
+              f"{w.tokens_per_s_per_gpu:,.1f}{error} tokens/s/GPU, {w.memory_per_gpu_gb:.1f} GiB of "
+              f"{w.memory_cap_gb:.1f} GiB per GPU")
+    if outcome.pick:
+        out.print(f"pick ({outcome.pick.rule}): {outcome.pick.note}", highlight=False)
+    if outcome.attribution:
+        out.print("\n".join(short_text(outcome.attribution)), highlight=False)
     if outcome.sweep_best:
         out.print(f"seed best {outcome.seed_best:,.1f} = {outcome.seed_vs_sweep:.1%} of the sweep optimum "
                   f"{outcome.sweep_best:,.1f} over {outcome.space_size:,} legal points")
