@@ -16,22 +16,26 @@ from oracle.specs import EffectiveConfig, Workload
 
 from .models import Measurement, TrialRecord
 
+FILE_MODE = 0o644  # artifacts are for the team: readable by all, like the ledger
+SCRIPT_MODE = 0o755  # launch.sh runs as it is
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+
+def _atomic(path: Path, write: Callable[[Path], None], mode: int = FILE_MODE) -> None:
     """Write to a temporary sibling, then rename over `path`: readers see the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
     os.close(fd)
     try:
         write(Path(tmp))
+        os.chmod(tmp, mode)  # mkstemp makes 0600
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
 
 
-def write_text(path: Path, text: str) -> None:
-    _atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+def write_text(path: Path, text: str, *, executable: bool = False) -> None:
+    _atomic(path, lambda p: p.write_text(text, encoding="utf-8"), SCRIPT_MODE if executable else FILE_MODE)
 
 
 def write_trials_jsonl(path: Path, trials: list[TrialRecord]) -> None:
@@ -60,8 +64,11 @@ def overlay(workload: Workload, trial: TrialRecord) -> str:
 def write_overlays(directory: Path, workload: Workload, trials: list[TrialRecord]) -> None:
     """trials/<id>.yaml for every trial; the folder is swapped in whole, never half-written."""
     directory.parent.mkdir(parents=True, exist_ok=True)
+    for stale in directory.parent.glob(f".{directory.name}.*"):  # left by a writer killed mid-way
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
     try:
+        os.chmod(staging, 0o755)
         for t in trials:
             (staging / f"{t.id}.yaml").write_text(overlay(workload, t), encoding="utf-8")
         old = directory.with_name(f".{directory.name}.old")

@@ -11,10 +11,8 @@ from .store import Ledger
 
 
 def history_lines(ledger: Ledger, run_id: int, baseline: EffectiveConfig, k: int | None = None) -> list[str]:
-    """The run's trials in order (only the latest `k` when given), each as `trial_line`."""
-    trials = ledger.trials(run_id)
-    if k is not None:
-        trials = trials[max(len(trials) - k, 0) :]
+    """The run's trials in order (only the latest `k` when given: only those are read), each as `trial_line`."""
+    trials = ledger.trials(run_id) if k is None else ledger.latest_trials(run_id, k)
     base = baseline.as_trial().__dict__
     measured = {m.trial_id: m.tokens_per_s_per_gpu for m in ledger.measurements(run_id)}  # the latest wins
     return [trial_line(t, base, measured.get(t.id)) for t in trials]

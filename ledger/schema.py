@@ -49,12 +49,14 @@ MIGRATIONS: list[tuple[str, ...]] = [
         f"""CREATE TABLE benchmark_measurements (
             shape_key TEXT PRIMARY KEY, data_json TEXT NOT NULL, {_CREATED})""",
     ),
-    (  # v3: what the user's cluster measured for a trial, and each trial's projection calibrated to them
+    (  # v3: what the user's cluster measured for a trial, each trial's projection calibrated to them, and an
+        # index for reading a run's trials in order
         f"""CREATE TABLE measurements (
             id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs (id),
             trial_id INTEGER NOT NULL REFERENCES trials (id), tokens_per_s_per_gpu REAL NOT NULL,
             peak_memory_gib REAL, note TEXT NOT NULL DEFAULT '', {_CREATED})""",
         "ALTER TABLE trials ADD COLUMN calibrated_json TEXT",
+        "CREATE INDEX trials_by_run ON trials (run_id, id)",  # the latest k and pages without a full scan
     ),
 ]
 

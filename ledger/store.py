@@ -246,6 +246,19 @@ class Ledger:
     def trials(self, run_id: int) -> list[TrialRecord]:
         return [_trial(r) for r in self._rows("SELECT * FROM trials WHERE run_id = ? ORDER BY id", (run_id,))]
 
+    def trials_page(self, run_id: int, offset: int, limit: int) -> list[TrialRecord]:
+        """`limit` trials of the run from the `offset`-th, oldest first."""
+        rows = self._rows("SELECT * FROM trials WHERE run_id = ? ORDER BY id LIMIT ? OFFSET ?", (run_id, limit, offset))
+        return [_trial(r) for r in rows]
+
+    def latest_trials(self, run_id: int, k: int) -> list[TrialRecord]:
+        """The run's last `k` trials, oldest first (only those rows are read)."""
+        rows = self._rows("SELECT * FROM trials WHERE run_id = ? ORDER BY id DESC LIMIT ?", (run_id, k))
+        return [_trial(r) for r in reversed(rows)]
+
+    def trial_count(self, run_id: int) -> int:
+        return self._rows("SELECT COUNT(*) AS n FROM trials WHERE run_id = ?", (run_id,))[0]["n"]
+
     def best(self, run_id: int, fidelity: Fidelity | None = None) -> TrialRecord | None:
         """The legal, fitting trial with the highest tokens/s/GPU (at one fidelity, or any)."""
         sql = "SELECT * FROM trials WHERE run_id = ? AND legal AND fits AND tokens_per_s_per_gpu IS NOT NULL"

@@ -133,7 +133,7 @@ def write_artifacts(out_dir: Path, workload: Workload, cluster: ClusterSpec, tri
         written.append("breakdown.png")
     if launch is not None:
         exports.write_text(out_dir / "launch.sh", f"#!/usr/bin/env bash\n# stack: {cluster.stack_text}\n"
-                           f"{launch.command}\n")
+                           f"{launch.command}\n", executable=True)
         for name, text in launch.files.items():
             exports.write_text(out_dir / name, text)
         written += ["launch.sh", *launch.files]

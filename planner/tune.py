@@ -66,7 +66,8 @@ class TuneOutcome(BaseModel):
     sweep_best: float | None
     seed_vs_sweep: float | None
     space_size: int | None
-    sweep_fits: int | None
+    sweep_fits: int | None = Field(description="sweep points checked and found to fit (a point whose layout or "
+                                               "group a bound ruled out is not checked)")
     trials: int
     seed_trials: int
     budget_exhausted: bool
@@ -164,7 +165,10 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
             timings["seed_s"] = time.perf_counter() - start
         note(f"LLM phase {status}")
         swept: SweepResult | None = None
-        if options.sweep and not options.seed_only:
+        earlier = ledger.sweep_summaries(run.id) if options.resume else []
+        if options.sweep and not options.seed_only and earlier:  # a finished sweep is not run (or recorded) twice
+            note(f"sweep: run {run.id} already holds a finished sweep of {earlier[-1].space_size:,} points; kept")
+        elif options.sweep and not options.seed_only:
             swept = sweep(workload, cluster, top_k=options.top_k, jobs=options.jobs, progress=progress)
             record_sweep(ledger, run.id, swept)
             timings["sweep_s"] = swept.wall_s
@@ -173,7 +177,9 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
         ledger.set_status(run.id, "finished")
         attribution = explain(workload, cluster, TrialConfig(), EffectiveConfig(**best.config).as_trial()) if best else None
         timings["total_s"] = time.perf_counter() - start
-        sweep_best = swept.top[0].tokens_per_s_per_gpu if swept and swept.top else None
+        last = earlier[-1] if earlier and swept is None else None
+        sweep_best = (swept.top[0].tokens_per_s_per_gpu if swept and swept.top else
+                      last.top_k[0]["tokens_per_s_per_gpu"] if last and last.top_k else None)
         launch = how_to_run(best, workload, cluster, workload_file, str(out_dir))
         outcome = TuneOutcome(
             run_id=run.id, winner=best.result if best else None, winner_trial_id=best.id if best else None,
@@ -181,7 +187,8 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
             pick=chosen, baseline=attribution.baseline if attribution else evaluate_simulate(workload, cluster),
             attribution=attribution, seed_best=seeds.best, sweep_best=sweep_best,
             seed_vs_sweep=seeds.best / sweep_best if seeds.best and sweep_best else None,
-            space_size=swept.space_size if swept else None, sweep_fits=swept.fits if swept else None,
+            space_size=swept.space_size if swept else last.space_size if last else None,
+            sweep_fits=swept.fits if swept else last.fits if last else None,
             trials=len(trials), seed_trials=sum(t.origin.startswith("seed:") for t in trials),
             budget_exhausted=seeds.exhausted, llm_phase=status, hypotheses=report.hypotheses if report else [],
             investigation=report, timings_s=timings, stack=cluster.stack_text, launch=launch,

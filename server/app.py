@@ -3,26 +3,32 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 
 from ledger import BudgetExhausted
+from ledger.keyguard import mask_secrets
 from oracle.benchmark import BenchmarkUnavailable
-from oracle.errors import InputError
+from oracle.errors import LINE, InputError, clip
 from oracle.inputs.yaml_io import build
 
 from . import prompts, resources, tools_eval, tools_info, tools_run
-from .descriptions import INSTRUCTIONS, TOOLS
+from .descriptions import HINTS, INSTRUCTIONS, TOOLS
 from .session import Session
 
 
 def _strict(fn: Callable) -> Tool:
     """A tool whose unknown arguments are refused (the SDK would drop them) and whose schema says so."""
-    tool = Tool.from_function(fn, description=TOOLS[fn.__name__])
+    title, read_only, destructive, idempotent, open_world = HINTS[fn.__name__]
+    hints = ToolAnnotations(title=title, read_only_hint=read_only, destructive_hint=destructive,
+                            idempotent_hint=idempotent, open_world_hint=open_world)
+    tool = Tool.from_function(fn, title=title, description=TOOLS[fn.__name__], annotations=hints)
     loose = tool.fn_metadata.arg_model
     strict = type(loose.__name__, (loose,), {"__module__": loose.__module__,
                                               "model_config": ConfigDict(**loose.model_config, extra="forbid")})
@@ -51,7 +57,7 @@ class ParatuneServer(MCPServer):
         try:
             return await self._call(name, arguments, context)
         except ToolError as exc:
-            one_line = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+            one_line = clip(mask_secrets(str(exc)).replace("\r", "\\r").replace("\n", "\\n"), LINE)
             raise type(exc)(one_line) from exc.__cause__
 
     async def _call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
@@ -78,8 +84,8 @@ class ParatuneServer(MCPServer):
 def build_server(session: Session, *, log_level: str = "WARNING") -> ParatuneServer:
     """The paratune MCP server acting on `session`."""
     fns = tools_eval.tools(session) + tools_info.tools(session) + tools_run.tools(session)
-    server = ParatuneServer([_strict(fn) for fn in fns], name="paratune", instructions=INSTRUCTIONS,
-                            log_level=log_level)
+    server = ParatuneServer([_strict(fn) for fn in fns], name="paratune", version=version("paratune"),
+                            instructions=INSTRUCTIONS, log_level=log_level)
     resources.register(server, session)
     prompts.register(server)
     return server

@@ -146,3 +146,28 @@ TOOLS: dict[str, str] = {
         "Free. Returns the files, the winner, the pick and why, the stack and its launch."
     ),
 }
+
+# title, then MCP's behaviour hints (read_only, destructive, idempotent, open_world) per tool. "Read-only"
+# tools record nothing; the evaluate tools record a trial but answer a repeat from the ledger (idempotent);
+# export_best overwrites the artifacts in its folder (destructive); query_llm reaches a provider (open world).
+HINTS: dict[str, tuple[str, bool, bool, bool, bool]] = {
+    "evaluate_memory_only": ("Project memory of a layout", False, False, True, False),
+    "evaluate_simulate": ("Project throughput of a layout", False, False, True, False),
+    "evaluate_with_benchmark": ("Benchmark a layout on the local GPU", False, False, True, False),
+    "validate_config": ("Check a layout's legality", True, False, True, False),
+    "explain": ("Explain why a layout wins", True, False, True, False),
+    "get_legal_axes": ("Legal values per knob", True, False, True, False),
+    "get_history": ("Latest trials", True, False, True, False),
+    "get_best": ("Best trial and its launch", True, False, True, False),
+    "record_measurement": ("Record a measured trial", False, False, False, False),
+    "get_architecture": ("The workload", True, False, True, False),
+    "get_cluster": ("The target cluster", True, False, True, False),
+    "get_budget_status": ("Budget spent and left", True, False, True, False),
+    "note_to_scratchpad": ("Add a note", False, False, False, False),
+    "read_scratchpad": ("Read the notes", True, False, True, False),
+    "query_llm": ("Ask the configured LLM", False, False, False, True),
+    "run_seed_plan": ("Score the seed plan", False, False, True, False),
+    "sweep": ("Sweep the whole legal space", False, False, False, False),
+    "open_run": ("Open a run", False, False, True, False),
+    "export_best": ("Write the run's artifacts", False, True, True, False),
+}

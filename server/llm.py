@@ -1,20 +1,33 @@
-"""One LiteLLM completion for a run, its usage (never a key) recorded in the ledger."""
+"""One LiteLLM completion for a run, its usage (never a key) recorded in the ledger.
+
+Each call is bounded: LiteLLM gets the run's `llm_timeout_s` and no retries, and the tool waits for the
+worker thread under the same limit (queueing for one of `CONCURRENT_CALLS` included) and abandons it
+after: the SDK reads stdin and writes stdout through the default worker-thread pool, which LLM calls
+must never fill, so they run under a limiter of their own.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 
+import anyio
+import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
 from ledger import Ledger
-from ledger.keyguard import refuse_keys
+from ledger.keyguard import mask_secrets, refuse_keys
 from oracle.errors import InputError
 from planner.investigator.llm_config import (
     KEYLESS_PLACEHOLDER,
     LLMNotConfigured,
+    offline_litellm,
     resolve_llm,
 )
+
+CONCURRENT_CALLS = 4  # LLM calls in flight at once; the rest queue (within their time limit)
+_limiters: dict[object, anyio.CapacityLimiter] = {}
 
 
 class LLMAnswer(BaseModel):
@@ -36,14 +49,35 @@ def _safe(exc: Exception) -> str:
         return "(message withheld: it contained a key-like string)"
 
 
+def _limiter() -> anyio.CapacityLimiter:
+    """The LLM calls' own limiter, one per event loop."""
+    from anyio.lowlevel import current_token
+
+    return _limiters.setdefault(current_token(), anyio.CapacityLimiter(CONCURRENT_CALLS))
+
+
+async def ask_bounded(ledger: Ledger, run_id: int, cluster_model: str | None, prompt: str, *, system: str | None,
+                      max_tokens: int, timeout_s: float) -> LLMAnswer:
+    """`ask` in a worker thread of its own limiter, given up after `timeout_s` with a clear ToolError."""
+    call = functools.partial(ask, ledger, run_id, cluster_model, prompt, system=system, max_tokens=max_tokens,
+                             timeout_s=timeout_s)
+    try:
+        with anyio.fail_after(timeout_s):
+            return await anyio.to_thread.run_sync(call, limiter=_limiter(), abandon_on_cancel=True)
+    except TimeoutError:
+        raise ToolError(f"the LLM did not answer within {timeout_s:g} s (agent.llm.timeout_s); "
+                        "nothing was recorded") from None
+
+
 def ask(ledger: Ledger, run_id: int, cluster_model: str | None, prompt: str, *, system: str | None,
-        max_tokens: int) -> LLMAnswer:
+        max_tokens: int, timeout_s: float) -> LLMAnswer:
     """Call the run's LLM (the investigator's precedence) through LiteLLM and record the call; a clear
     ToolError when no model with credentials is configured or the provider fails."""
     try:
         config = resolve_llm(cluster_model)
     except LLMNotConfigured as exc:
         raise ToolError(f"no LLM is configured: {exc}") from None
+    offline_litellm()
     import litellm
 
     model = config.model
@@ -51,7 +85,8 @@ def ask(ledger: Ledger, run_id: int, cluster_model: str | None, prompt: str, *, 
         if config.api_base else {}
     messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
     try:
-        response = litellm.completion(model=model, messages=messages, max_tokens=max_tokens, **endpoint)
+        response = litellm.completion(model=model, messages=messages, max_tokens=max_tokens, timeout=timeout_s,
+                                      num_retries=0, **endpoint)
     except Exception as exc:  # any provider failure is the caller's to read, not a server crash
         raise ToolError(f"LLM call to {model} failed: {type(exc).__name__}: {_safe(exc)}") from None
     try:
@@ -61,5 +96,5 @@ def ask(ledger: Ledger, run_id: int, cluster_model: str | None, prompt: str, *, 
     usage = response.usage
     ledger.record_llm_call(run_id, model=model, prompt_tokens=usage.prompt_tokens,
                            completion_tokens=usage.completion_tokens, cost_usd=cost)
-    return LLMAnswer(model=model, text=response.choices[0].message.content or "",
+    return LLMAnswer(model=model, text=mask_secrets(response.choices[0].message.content or ""),
                      prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens, cost_usd=cost)

@@ -10,6 +10,7 @@ from ledger import Fidelity, Ledger, RunInfo, TrialRecord
 from oracle.constraints import pinned
 from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
+from oracle.inputs.read_guard import reads_under
 from oracle.specs import ClusterSpec, TrialConfig, Workload
 from planner.runs import score
 
@@ -36,11 +37,21 @@ class Session:
         self._constrain = constrain  # the server command line's --stack/--fix/--allow/--exclude
         self._active: ActiveRun | None = None
 
-    def open_run(self, workload_file: Path, cluster_file: Path, *, resume: bool = True) -> ActiveRun:
+    def open_run(self, workload_file: Path, cluster_file: Path, *, resume: bool = True,
+                 confined: bool = True) -> ActiveRun:
         """Load both files and open (or resume) their run; it becomes the active one. The cluster's stack
-        and search constraints (its file's, then the server command line's) bind every tool of the run."""
-        cluster = self._constrain(load_cluster(cluster_file))
-        workload = pinned(load_workload(workload_file), cluster)
+        and search constraints (its file's, then the server command line's) bind every tool of the run.
+        `confined`: every file the two pull in (extends, model files, presets) must lie under the roots
+        too; the command line's own --workload / --target-cluster are the operator's and are not."""
+        def load() -> tuple[ClusterSpec, Workload]:
+            cluster = self._constrain(load_cluster(cluster_file))
+            return cluster, pinned(load_workload(workload_file), cluster)
+
+        if confined:
+            with reads_under(self.roots.readable):
+                cluster, workload = load()
+        else:
+            cluster, workload = load()
         run = self.ledger.open_run(workload, cluster, resume=resume)
         self._active = ActiveRun(run, workload, cluster, str(workload_file))
         return self._active

@@ -1,7 +1,7 @@
 """Tools that read or annotate the active run: history, incumbent, inputs, budget, scratchpad, LLM.
 
-The quick ones are coroutines that run inline on the event loop; `query_llm` waits on the network, so it
-is a plain function and the SDK runs it in a worker thread.
+The quick ones are coroutines that run inline on the event loop; `query_llm` waits on the network in a
+worker thread of its own limiter, bounded in time (`server/llm.py`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from planner.launch import LaunchPlan
 from planner.measurements import record
 from planner.runs import configured_llm, how_to_run
 
-from .llm import LLMAnswer, ask
+from .llm import LLMAnswer, ask_bounded
+from .paths import plain_text
 from .session import Session
 
 
@@ -99,8 +100,8 @@ def tools(session: Session) -> list[Callable]:
                           ) -> History:
         """The latest k trials of the active run, one line each."""
         a = session.active
-        lines = history_lines(session.ledger, a.run.id, a.workload.effective())
-        return History(run_id=a.run.id, total_trials=len(lines), lines=lines[-k:])
+        lines = history_lines(session.ledger, a.run.id, a.workload.effective(), k)
+        return History(run_id=a.run.id, total_trials=session.ledger.trial_count(a.run.id), lines=lines)
 
     async def get_best(fidelity: Literal["simulate", "benchmark"] | None = None) -> Best:
         """The best legal, fitting trial and how to run it."""
@@ -145,19 +146,20 @@ def tools(session: Session) -> list[Callable]:
     async def note_to_scratchpad(text: Annotated[str, Field(min_length=1, max_length=8000)],
                            author: Annotated[str, Field(min_length=1, max_length=64)] = "agent") -> Note:
         """Append a note to the active run's scratchpad."""
-        return session.ledger.add_note(session.active.run.id, text, author=author)
+        return session.ledger.add_note(session.active.run.id, text, author=plain_text(author, "author"))
 
     async def read_scratchpad() -> Scratchpad:
         """The active run's notes."""
         run_id = session.active.run.id
         return Scratchpad(run_id=run_id, notes=session.ledger.notes(run_id))
 
-    def query_llm(prompt: Annotated[str, Field(min_length=1, max_length=50_000)],
-                  system: Annotated[str | None, Field(max_length=20_000)] = None,
-                  max_tokens: Annotated[int, Field(ge=1, le=8192)] = 1024) -> LLMAnswer:
-        """One completion from the run's configured LLM, usage recorded."""
+    async def query_llm(prompt: Annotated[str, Field(min_length=1, max_length=50_000)],
+                        system: Annotated[str | None, Field(max_length=20_000)] = None,
+                        max_tokens: Annotated[int, Field(ge=1, le=8192)] = 1024) -> LLMAnswer:
+        """One completion from the run's configured LLM, usage recorded, bounded by agent.llm.timeout_s."""
         a = session.active
-        return ask(session.ledger, a.run.id, a.cluster.llm_model, prompt, system=system, max_tokens=max_tokens)
+        return await ask_bounded(session.ledger, a.run.id, a.cluster.llm_model, prompt, system=system,
+                                 max_tokens=max_tokens, timeout_s=a.cluster.llm_timeout_s)
 
     return [get_history, get_best, record_measurement, get_architecture, get_cluster, get_budget_status,
             note_to_scratchpad, read_scratchpad, query_llm]

@@ -134,7 +134,8 @@ def test_a_v2_ledger_gains_measurements_and_keeps_its_trials(tmp_path):
         cfg = w.effective()
         led.record_trial(run.id, cfg, evaluate_simulate(w, c), fidelity="simulate", wall_ms=1.0, origin="old")
     raw = sqlite3.connect(path)
-    raw.executescript("DROP TABLE measurements; ALTER TABLE trials DROP COLUMN calibrated_json; PRAGMA user_version = 2;")
+    raw.executescript("DROP TABLE measurements; DROP INDEX trials_by_run; ALTER TABLE trials DROP COLUMN calibrated_json; "
+                      "PRAGMA user_version = 2;")
     raw.close()
     assert len(ledger_schema.MIGRATIONS) == 3
     with Ledger(path) as led:

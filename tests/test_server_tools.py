@@ -168,8 +168,8 @@ def test_query_llm_records_usage_never_keys(call, monkeypatch):
 
     monkeypatch.delenv("OPENAI_API_BASE", raising=False)
 
-    def completion(model, messages, max_tokens):
-        seen.update(model=model, messages=messages)
+    def completion(model, messages, max_tokens, timeout, num_retries):
+        seen.update(model=model, messages=messages, timeout=timeout, num_retries=num_retries)
         if messages[-1]["content"] == "fail":
             raise RuntimeError("401 bad key sk-abcdefghijklmnopqrstuvwxyz123456")
         message = types.SimpleNamespace(content="try TP=2")
@@ -184,6 +184,7 @@ def test_query_llm_records_usage_never_keys(call, monkeypatch):
     assert answer == {"model": "openai/gpt-4o-mini", "text": "try TP=2", "prompt_tokens": 12,
                       "completion_tokens": 3, "cost_usd": 0.0004}
     assert seen["messages"][0] == {"role": "system", "content": "be brief"}
+    assert (seen["timeout"], seen["num_retries"]) == (120.0, 0)  # the cluster's agent.llm.timeout_s default
     [row] = call.session.ledger.llm_calls(call.session.active.run.id)
     assert (row.model, row.prompt_tokens, row.completion_tokens) == ("openai/gpt-4o-mini", 12, 3)
     text = error(call("query_llm", prompt="fail"))
@@ -223,7 +224,7 @@ def test_sweep_records_its_top_k_with_progress(call):
 
 
 def test_server_answers_while_a_sweep_runs(call):
-    call.session.open_run(LLAMA8B, MI300X_1N, resume=False)  # a space of seconds, not milliseconds
+    call.session.open_run(LLAMA8B, MI300X_1N, resume=False, confined=False)  # a space of seconds, not milliseconds
 
     async def both():
         done = {}
@@ -315,13 +316,21 @@ def test_resources_and_prompt(call):
 
     run_id = call.session.active.run.id
     assert read("paratune://runs")[-1]["id"] == run_id
-    assert [t["fidelity"] for t in read(f"paratune://runs/{run_id}/trials")] == ["memory_only"]
+    first = read(f"paratune://runs/{run_id}/trials")
+    assert [t["fidelity"] for t in first["trials"]] == ["memory_only"]
+    assert (first["page"], first["pages"], first["trials_total"], first["next"]) == (1, 1, 1, None)
+    assert read(f"paratune://runs/{run_id}/trials/page/1") == first
     assert [n["text"] for n in read(f"paratune://runs/{run_id}/scratchpad")] == ["first"]
     assert "llama3-8b" in read("paratune://catalog/models") and "mi355x" in read("paratune://catalog/gpus")
     with pytest.raises(MCPError, match="no run 99"):
         read("paratune://runs/99/trials")
+    with pytest.raises(MCPError, match="is not a number"):
+        read("paratune://runs/abc/trials")
+    with pytest.raises(MCPError, match="has 1 page"):
+        read(f"paratune://runs/{run_id}/trials/page/2")
     templates = call.portal.call(call.client.list_resource_templates).resource_templates
     assert {t.uri_template for t in templates} == {"paratune://runs/{run_id}/trials",
+                                                   "paratune://runs/{run_id}/trials/page/{page}",
                                                    "paratune://runs/{run_id}/scratchpad"}
     [prompt] = call.portal.call(call.client.list_prompts).prompts
     assert prompt.name == "tune_workload"

@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+)
 
 from ..catalog import gpu, gpu_card, gpu_name
 from ..errors import InputError
@@ -43,6 +50,7 @@ class _Benchmark(BaseModel):
 class _Llm(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
+    timeout_s: PositiveFloat = 120.0
 
 
 class _Agent(BaseModel):
@@ -93,6 +101,7 @@ def load_cluster(path: str | Path) -> ClusterSpec:
         has_gpu=raw.available_for_benchmark.has_gpu,
         benchmark_gpus=raw.available_for_benchmark.benchmark_gpus,
         llm_model=raw.agent.llm.model,
+        llm_timeout_s=raw.agent.llm.timeout_s,
         prompt_extras="\n".join(extras) if isinstance(extras, list) else extras,
         stack=tc.stack,
         stack_version=tc.stack_version,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import InputError
+from .read_guard import guarded
 
 ATTENTION_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
 # A field that asks for a layer the oracle does not model (Gemma's local/global pattern).
@@ -28,7 +29,7 @@ def is_hf_config(path: Path) -> bool:
 
 def hf_card(path: Path) -> dict[str, Any]:
     """The model card (Megatron names) of a Hugging Face config file or folder."""
-    file = path / "config.json" if path.is_dir() else path
+    file = guarded(path / "config.json" if path.is_dir() else path)
     try:
         cfg = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from .read_guard import guarded
 from .yaml_io import deep_merge, read_mapping, resolve_templates
 
 PRIMUS_ROOT_ENV = "PRIMUS_ROOT"
@@ -129,7 +130,7 @@ def extends_chain(path: Path, _stack: tuple[Path, ...] = ()) -> list[Path]:
     data = read_mapping(path)
     chain: list[Path] = []
     for name in _extends(data.get("extends"), path):
-        parent = (path.parent / resolve_templates(name)).resolve()
+        parent = guarded((path.parent / resolve_templates(name)).resolve())
         if not parent.is_file():
             raise InputError(f"extends parent '{name}' not found (looked for {parent})", file=str(path), key="extends")
         chain.extend(extends_chain(parent, (*_stack, path)))
@@ -163,7 +164,7 @@ def module_config_chain(
     experiment) and the key `modules.pre_trainer.config`.
     """
     folder = modules_dir(Path(root), framework)
-    path = _preset_path(Path(root), folder, config_name, file=file, key=CONFIG_KEY)
+    path = guarded(_preset_path(Path(root), folder, config_name, file=file, key=CONFIG_KEY))
     if not path.is_file():
         raise InputError(_not_found("module config", config_name, path, folder), file=file, key=CONFIG_KEY)
     return extends_chain(path)
@@ -182,7 +183,7 @@ def model_file(root: Path, ref: str, *, framework: str = "megatron") -> Path | N
         path = _preset_path(Path(root), folder, ref, file=None, key=MODEL_KEY)
     except InputError:
         return None
-    return path if path.is_file() else None
+    return path if guarded(path).is_file() else None
 
 
 def resolve_model_file(
@@ -199,7 +200,7 @@ def resolve_model_file(
         if hit is not None:
             return hit
         looked.append(models_dir(Path(root), framework) / _preset_name(ref))
-    local = (Path(experiment).resolve().parent / ref).resolve()
+    local = guarded((Path(experiment).resolve().parent / ref).resolve())
     if local.is_file():
         return local
     looked.append(local)

@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..specs import ModelArch, TrainingArgs, Workload
 from .hf_config import hf_card, is_hf_config
 from .primus_tree import find_primus_root, resolve_trainer
+from .read_guard import guarded
 from .stack_vocabulary import stack_arguments
 from .yaml_io import (
     build,
@@ -51,6 +52,8 @@ def _card(ref: str, base_dir: Path, file: str, seen: tuple[str, ...] = ()) -> di
     """A model card from a catalog name, a Hugging Face config.json (or its folder), or a YAML file,
     following its `extends:` chain (deep-merged)."""
     path = (base_dir / ref).resolve()
+    if ref not in model_names():
+        guarded(path)
     if is_hf_config(path):
         return hf_card(path)
     if path.suffix in (".yaml", ".yml") or path.exists():
@@ -174,7 +177,7 @@ def load_workload(path: str | Path, *, primus_root: str | None = None) -> Worklo
     """A workload from a native or Primus YAML file, or a Hugging Face config.json (or its folder: the
     model with TrainingArgs' defaults); bad input raises InputError naming file and key.
     `primus_root` (or $PRIMUS_ROOT, or a Primus checkout above the file) locates Primus's configs."""
-    p = Path(path)
+    p = guarded(path)
     if is_hf_config(p):
         card = hf_card(p)
         return _split(card, file=str(p), name=card["name"], stack="megatron-lm")

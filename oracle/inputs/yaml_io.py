@@ -10,14 +10,15 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from ..errors import InputError
+from ..errors import InputError, clip
+from .read_guard import guarded
 
 _TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 
 
 def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; a missing file or a syntax error names the file (and line, column)."""
-    p = Path(path)
+    p = guarded(path)
     if not p.is_file():
         raise InputError("file not found" if not p.exists() else "not a file", file=str(path))
     try:
@@ -112,6 +113,6 @@ def build(model: type[BaseModel], data: dict[str, Any], *, file: str | None, pre
             raise InputError(hint, file=file, key=key) from None
         if err["type"] == "missing":
             raise InputError("required key is missing", file=file, key=key) from None
-        value = f" (got {err['input']!r})" if "input" in err and not isinstance(err["input"], dict) else ""
+        value = f" (got {clip(repr(err['input']))})" if "input" in err and not isinstance(err["input"], dict) else ""
         msg = err["msg"][0].lower() + err["msg"][1:]
         raise InputError(f"{msg}{value}", file=file, key=key) from None

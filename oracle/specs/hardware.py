@@ -74,6 +74,7 @@ class ClusterSpec(BaseModel):
     has_gpu: bool = False
     benchmark_gpus: NonNegativeInt = 0
     llm_model: str | None = None
+    llm_timeout_s: PositiveFloat = 120.0  # one LLM call's limit (agent.llm.timeout_s), queueing included
     prompt_extras: str = ""
     stack: Stack | None = None  # the software stack the cluster runs; None in a file: the vendor's default
     stack_version: str | None = None

@@ -8,6 +8,7 @@ import sys
 
 from oracle.errors import InputError
 
+from ..investigator.llm_config import offline_litellm
 from . import catalog, explain, measure, project, serve, tune
 
 
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; bad input is one line on stderr and exit 2, never a traceback."""
+    offline_litellm()  # before anything imports LiteLLM (DSPy does): its price table is bundled, never fetched
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

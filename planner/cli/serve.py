@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from oracle.errors import InputError
@@ -21,16 +22,21 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default: %(default)s)")
     p.add_argument("--allow-root", action="append", metavar="DIR",
                    help="folder tools may read and write under (repeatable; default: the current directory)")
-    p.add_argument("--token", default=os.environ.get("PARATUNE_MCP_TOKEN"),
-                   help="HTTP bearer token (default: env PARATUNE_MCP_TOKEN); required off loopback")
-    p.add_argument("--log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"),
-                   help="stderr log level (default: %(default)s)")
+    p.add_argument("--token", help="HTTP bearer token; prefer env PARATUNE_MCP_TOKEN (a flag shows in `ps`); "
+                                    "required off loopback")
+    p.add_argument("--log-level", default="WARNING", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+                   help="stderr log level, any case (default: %(default)s)")
     add_search_arguments(p)
     p.set_defaults(handler=_run)
 
 
 def _run(args: argparse.Namespace) -> int:
     from server.bind import check_bind
+
+    if args.token:
+        print("paratune serve: warning: --token is visible to every user in `ps`; set PARATUNE_MCP_TOKEN instead",
+              file=sys.stderr)
+    args.token = args.token or os.environ.get("PARATUNE_MCP_TOKEN")
 
     if bool(args.workload) != bool(args.target_cluster):
         raise InputError("give both --workload and --target-cluster, or neither (then open_run creates a run)")
@@ -39,17 +45,19 @@ def _run(args: argparse.Namespace) -> int:
     from ledger import (
         Ledger,  # the server's imports (the MCP SDK) load only once the arguments are sound
     )
+    from ledger.keyguard import mask_logs
     from server.app import build_server
     from server.paths import AllowedRoots
     from server.session import Session
     from server.transport import serve_http, serve_stdio
 
+    mask_logs()
     roots = AllowedRoots(args.allow_root or [Path.cwd()])
     constraints_from_args(args)  # bad flags fail here, before the server starts
     with Ledger(args.ledger) as ledger:
         session = Session(ledger, roots, lambda cluster: with_search_args(cluster, args))
         if args.workload:
-            session.open_run(Path(args.workload), Path(args.target_cluster))
+            session.open_run(Path(args.workload), Path(args.target_cluster), confined=False)
         server = build_server(session, log_level=args.log_level)
         if args.transport == "stdio":
             serve_stdio(server)

@@ -55,10 +55,10 @@ def named_llm(cluster_model: str | None) -> LLMConfig:
 
 def resolve_llm(cluster_model: str | None) -> LLMConfig:
     """The configured LLM with its credentials present, or LLMNotConfigured with the reason."""
+    offline_litellm()
     config = named_llm(cluster_model)
     if config.model.startswith("openai/") and os.environ.get("OPENAI_API_BASE"):
         return config.model_copy(update={"api_base": os.environ["OPENAI_API_BASE"]})
-    offline_litellm()
     try:
         import litellm
     except ImportError:

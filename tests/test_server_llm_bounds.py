@@ -1,0 +1,119 @@
+"""A provider that never answers cannot freeze the server: `query_llm` calls wait in a worker pool of
+their own and end with a timeout error within their limit, while the server keeps answering (MCP
+2026-07-28 removed `ping`: `tools/list` and a tool call stand for it).
+A real `paratune serve` over stdio, LiteLLM pointed at a loopback socket that accepts and never replies."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import anyio
+import yaml
+from mcp import Client, StdioServerParameters
+
+from .test_server_common import PARATUNE, small_inputs
+
+CALLS = 50
+LIMIT_S = 10.0  # above LiteLLM's import time (~3-5 s here), so the calls reach the socket
+
+
+def _silent_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A loopback server socket whose connections are accepted and then left unanswered."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(128)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            held.append(conn)
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server, held
+
+
+def test_a_silent_provider_times_out_each_call_and_the_server_keeps_answering(tmp_path):
+    listener, held = _silent_listener()
+    workload, cluster = small_inputs(tmp_path, llm="openai/never-answers")
+    data = yaml.safe_load(cluster.read_text())
+    data["agent"]["llm"]["timeout_s"] = LIMIT_S
+    cluster.write_text(yaml.safe_dump(data))
+    env = {**os.environ, "OPENAI_API_BASE": f"http://127.0.0.1:{listener.getsockname()[1]}/v1"}
+    env.pop("LLM_MODEL", None)
+    params = StdioServerParameters(command=PARATUNE, env=env, args=[
+        "serve", "--workload", str(workload), "--target-cluster", str(cluster), "--ledger", str(tmp_path / "l.sqlite")])
+    ends: list[float] = []
+
+    async def session():
+        async with Client(params) as client:
+            results: list = []
+
+            async def ask(i: int) -> None:
+                results.append(await client.call_tool("query_llm", {"prompt": f"call {i}"}))
+                ends.append(time.monotonic() - start)
+
+            start = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                for i in range(CALLS):
+                    tg.start_soon(ask, i)
+                await anyio.sleep(0.5)  # every call is in flight or queued
+                t = time.monotonic()
+                await client.list_tools()
+                ping_s = time.monotonic() - t
+                budget = await client.call_tool("get_budget_status", {})
+            return results, ping_s, budget
+
+    try:
+        results, ping_s, budget = anyio.run(session)
+    finally:
+        listener.close()
+        for conn in held:
+            conn.close()
+    assert ping_s < 1.0 and not budget.is_error  # answered while 50 LLM calls hang
+    assert len(results) == CALLS and all(r.is_error for r in results)
+    assert all(f"did not answer within {LIMIT_S:g} s" in r.content[0].text for r in results)
+    assert max(ends) < LIMIT_S + 2.0  # each ended within its limit (queueing included), plus process slack
+    assert held  # the provider was really reached
+
+
+OFFLINE_PROBE = """
+import socket, sys
+reached = []
+def hook(event, args):
+    if event == "socket.connect":
+        reached.append(args[1])
+    elif event == "socket.getaddrinfo":  # a name lookup comes first (and is all that happens offline)
+        reached.append((args[0], args[1]))
+sys.addaudithook(hook)
+from planner.cli import main
+try:
+    main(["catalog", "gpus"])  # the CLI's start-up, then the query_llm path: resolve, import, cost table
+except SystemExit:
+    pass
+from server.llm import resolve_llm
+import litellm
+resolve_llm("openai/gpt-4o")
+litellm.model_cost.get("gpt-4o")
+print("REACHED", [a for a in reached if not (isinstance(a, tuple) and a[0] in ("127.0.0.1", "::1", "localhost"))])
+"""
+
+
+def test_litellm_stays_offline_with_an_endpoint_configured():
+    """With OPENAI_API_BASE set, importing and using LiteLLM looks up no host and opens no connection (its
+    price table is the bundled one): every name lookup and socket connect is audited."""
+    env = {**os.environ, "OPENAI_API_BASE": "http://127.0.0.1:9/v1"}
+    env.pop("LITELLM_LOCAL_MODEL_COST_MAP", None)
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", OFFLINE_PROBE], env=env, capture_output=True, text=True, timeout=120,
+                         cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "REACHED []" in out.stdout
