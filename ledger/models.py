@@ -95,7 +95,8 @@ class Note(_Row):
 
 
 class LLMCall(_Row):
-    """Usage of one LLM call (never its key)."""
+    """Usage of one LLM call (never its key); `outcome` is ok, or the class of its failure (timeout,
+    connection, rate_limit, server_error, error:<Exception>)."""
 
     id: int
     run_id: int
@@ -104,6 +105,7 @@ class LLMCall(_Row):
     completion_tokens: int
     cost_usd: float | None
     created: str
+    outcome: str = "ok"
 
 
 class SweepSummary(_Row):

@@ -58,6 +58,9 @@ MIGRATIONS: list[tuple[str, ...]] = [
         "ALTER TABLE trials ADD COLUMN calibrated_json TEXT",
         "CREATE INDEX trials_by_run ON trials (run_id, id)",  # the latest k and pages without a full scan
     ),
+    (  # v4: failed and timed-out LLM calls are recorded too, with their class
+        "ALTER TABLE llm_calls ADD COLUMN outcome TEXT NOT NULL DEFAULT 'ok'",
+    ),
 ]
 
 

@@ -333,16 +333,17 @@ class Ledger:
         return [Note(**r) for r in self._rows("SELECT * FROM notes WHERE run_id = ? ORDER BY id", (run_id,))]
 
     def record_llm_call(
-        self, run_id: int, *, model: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None = None
+        self, run_id: int, *, model: str, prompt_tokens: int, completion_tokens: int, cost_usd: float | None = None,
+        outcome: str = "ok",
     ) -> LLMCall:
-        """Usage of one LLM call; a key-like model string is refused."""
+        """Usage of one LLM call (or its failure class); a key-like model string is refused."""
         refuse_keys("llm_calls.model", model)
         with self._write() as conn:
             self._require_run(conn, run_id)
             cur = conn.execute(
-                "INSERT INTO llm_calls (run_id, model, prompt_tokens, completion_tokens, cost_usd) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (run_id, model, prompt_tokens, completion_tokens, cost_usd),
+                "INSERT INTO llm_calls (run_id, model, prompt_tokens, completion_tokens, cost_usd, outcome) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, model, prompt_tokens, completion_tokens, cost_usd, outcome),
             )
             return LLMCall(**_by_id(conn, "llm_calls", cur.lastrowid))
 

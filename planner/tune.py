@@ -4,8 +4,11 @@ artifacts."""
 from __future__ import annotations
 
 import importlib.util
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -100,8 +103,8 @@ class SeedOutcome(BaseModel):
     best: float | None
 
 
-def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, options: TuneOptions, seed_budget: int,
-              files: tuple[str, str], note: Callable[[str], None], timings: dict[str, float]
+def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, cluster: ClusterSpec, options: TuneOptions,
+              seed_budget: int, files: tuple[str, str], note: Callable[[str], None], timings: dict[str, float]
               ) -> tuple[SeedOutcome | None, InvestigationReport | None, str]:
     """(seeds, report, status line): the seed plan, then the LLM phase, over one `paratune serve` on this run's
     ledger that does all the scoring (one oracle start-up); seeds is None when the server never got to them."""
@@ -116,13 +119,33 @@ def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, options: TuneOptions,
             done = server.call("run_seed_plan", budget=seed_budget, fidelity=options.profiling_mode)
             seeds = SeedOutcome(exhausted=done["budget_exhausted"], best=done["best_tokens_per_s_per_gpu"])
             timings["seed_s"] = time.perf_counter() - start
-            report = investigate(server, build_lm(llm), options.investigator, model=llm.model, note=note,
+            lm = build_lm(llm, options.investigator.bounds(cluster))
+            report = investigate(server, lm, options.investigator, model=llm.model, note=note,
                                  sink=lambda usage: ledger.record_llm_call(run_id, **usage.model_dump()))
     except Exception as exc:  # the seeds and artifacts still stand; say why the phase did not
         return seeds, None, f"failed: {one_line(exc)}"
     timings["llm_s"] = time.perf_counter() - start - timings["seed_s"]
-    return seeds, report, (f"done: {llm.model} ({llm.source}), {report.agent_loop}, {len(report.rounds)} round(s), "
-                           f"{report.llm_calls} LLM calls; stopped: {report.stop_reason}")
+    verdict = "failed" if report.llm_calls == 0 and report.failed_calls else "done"
+    creds = f"; credentials: {llm.credentials}" if llm.credentials else ""
+    return seeds, report, f"{verdict}: {llm.model} ({llm.source}{creds}), {report.agent_loop}; {report.headline}"
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM raises KeyboardInterrupt like Ctrl-C (main thread only), so a killed
+    phase still closes its run and writes its artifacts."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _scratchpad(ledger: Ledger, run_id: int) -> str:
@@ -152,9 +175,18 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
                       else cluster.budget.max_perf_calls)
         reserve = int(perf_calls * LLM_SHARE) if isinstance(llm, LLMConfig) else 0
         seed_budget = options.seed_budget or perf_calls - reserve
+        interrupted = False
         if isinstance(llm, LLMConfig):
-            seeds, report, status = _over_mcp(ledger, run.id, llm, options, seed_budget,
-                                              (workload_file, cluster_file), note, timings)
+            try:
+                with _sigterm_as_interrupt():
+                    seeds, report, status = _over_mcp(ledger, run.id, llm, cluster, options, seed_budget,
+                                                      (workload_file, cluster_file), note, timings)
+            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: close the run with what it has
+                interrupted = True
+                best_seed = ledger.best(run.id)
+                seeds = SeedOutcome(exhausted=False, best=best_seed.tokens_per_s_per_gpu if best_seed else None)
+                report, status = None, ("interrupted: the trials and LLM calls so far are in the ledger and the "
+                                        "artifacts are written; `paratune tune ... --resume` continues this run")
         else:
             seeds, report, status = None, None, llm
         if seeds is None:  # no LLM phase, or its server never started: score the seeds here
@@ -166,7 +198,9 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
         note(f"LLM phase {status}")
         swept: SweepResult | None = None
         earlier = ledger.sweep_summaries(run.id) if options.resume else []
-        if options.sweep and not options.seed_only and earlier:  # a finished sweep is not run (or recorded) twice
+        if interrupted:
+            pass  # no sweep after an interrupt: the run closes now
+        elif options.sweep and not options.seed_only and earlier:  # a finished sweep is not run (or recorded) twice
             note(f"sweep: run {run.id} already holds a finished sweep of {earlier[-1].space_size:,} points; kept")
         elif options.sweep and not options.seed_only:
             swept = sweep(workload, cluster, top_k=options.top_k, jobs=options.jobs, progress=progress)

@@ -8,6 +8,7 @@ projects tens of layouts, so it is a plain function the SDK runs in a worker thr
 
 # No `from __future__ import annotations`: the tools' `Config` type is built per session inside `tools`,
 # so their annotations must be evaluated where they are defined.
+import json
 from collections.abc import Callable
 from typing import Annotated
 
@@ -60,11 +61,17 @@ def benchmark_unavailable(session: Session) -> str | None:
 
 
 def printed_layouts(session: Session) -> Callable[[object], object]:
-    """A validator that reads a whole printed layout (every EffectiveConfig field) as its knobs, after
-    checking its workload settings are the active run's; anything else passes to TrialConfig as is."""
+    """A validator that reads a JSON string as the object it encodes, and a whole printed layout (every
+    EffectiveConfig field) as its knobs after checking its workload settings are the active run's;
+    anything else passes to TrialConfig as is."""
     layout_fields = set(EffectiveConfig.model_fields)
 
     def knobs(value: object) -> object:
+        if isinstance(value, str) and value.lstrip().startswith("{"):  # a JSON-encoded config: a real-model habit
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ValueError("a string config must be a JSON object of knobs") from None
         if isinstance(value, dict) and layout_fields <= set(value):
             layout = EffectiveConfig(**{k: value[k] for k in layout_fields})
             try:

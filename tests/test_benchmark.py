@@ -241,7 +241,7 @@ def test_ledger_cache_round_trips_across_reopen(tmp_path):
     with Ledger(path) as led:
         assert LedgerCache(led).get("k1") == data and led.benchmark_measurement("k2") is None
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == len(ledger_schema.MIGRATIONS) == 3
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == len(ledger_schema.MIGRATIONS) == 4
     raw.close()
 
 

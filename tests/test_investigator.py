@@ -80,7 +80,7 @@ def test_the_phase_stops_when_the_incumbent_stalls(tmp_path):
 
 def test_malformed_output_fails_that_step_and_the_next_round_goes_on(tmp_path):
     answers = [
-        plan_answer("}{ not json"), {"answer": "still not json"},  # ChatAdapter, then its JSON fallback
+        plan_answer("}{ not json"),  # candidates is list[Any]: the junk is one rejected candidate, not a lost plan
         step("read_scratchpad"), {"next_thought": "x", "next_tool_name": "get_best", "next_tool_args": "[1, 2"},
         {"answer": "nor this"},
         step("evaluate_simulate", {"config": FITS[0]}), step("finish"), summary("fp8 helps", "more fp8"),
@@ -89,10 +89,11 @@ def test_malformed_output_fails_that_step_and_the_next_round_goes_on(tmp_path):
         report = investigate_with(server, ledger, run_id, DummyLM(answers), calls_per_round=3)
         notes = [n.text for n in ledger.notes(run_id)]
         by_origin = origins(ledger, run_id)
-    assert report.plan.error and "AdapterParseError" in report.plan.error
+    assert report.plan.error is None and [c.status for c in report.plan.candidates] == ["rejected"]
+    assert report.plan.candidates[0].reasons == ["not a TrialConfig object"]
     assert [r.status for r in report.rounds] == ["failed", "ok"]
     assert "AdapterParseError" in report.rounds[0].error and report.rounds[0].tool_calls == 1
-    assert notes[0].startswith("plan failed: AdapterParseError") and notes[1].startswith("round 1 failed")
+    assert notes[0].startswith("plan: fp8") and notes[1].startswith("round 1 failed")
     assert "llm:round2" in by_origin and report.rounds[1].findings == "fp8 helps"
 
 

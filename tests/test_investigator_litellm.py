@@ -13,11 +13,24 @@ from typing import Any
 import pytest
 
 from oracle.inputs import load_cluster, load_workload
-from planner.investigator.llm_config import LLMConfig, LLMNotConfigured, build_lm, resolve_llm
-from planner.investigator.models import InvestigatorOptions
+from planner.investigator.llm_config import (
+    LLMConfig,
+    LLMNotConfigured,
+    build_lm,
+    resolve_llm,
+)
+from planner.investigator.models import InvestigatorOptions, LLMBounds
 from planner.tune import TuneOptions, tune
 
-from .test_investigator_common import FITS, inputs, investigate_with, plan_answer, served, step, summary
+from .test_investigator_common import (
+    FITS,
+    inputs,
+    investigate_with,
+    plan_answer,
+    served,
+    step,
+    summary,
+)
 
 KEY = "sk-loopback-" + "0123456789abcdef" * 2  # key-shaped, so a leak into any artifact is easy to find
 LLM_VARIABLES = ("LLM_MODEL", "OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY")
@@ -87,7 +100,8 @@ def test_one_precedence_environment_first_and_credentials_decide(clean_llm_env):
     with pytest.raises(LLMNotConfigured, match="openai/gpt-4o .*needs OPENAI_API_KEY"):
         resolve_llm("openai/gpt-4o")
     env.setenv("OPENAI_API_KEY", KEY)
-    assert resolve_llm("openai/gpt-4o") == LLMConfig(model="openai/gpt-4o", source="cluster agent.llm.model")
+    assert resolve_llm("openai/gpt-4o") == LLMConfig(model="openai/gpt-4o", source="cluster agent.llm.model",
+                                                     credentials="OPENAI_API_KEY (environment)")
     env.setenv("LLM_MODEL", "anthropic/claude-sonnet-4-5")
     with pytest.raises(LLMNotConfigured, match="from env LLM_MODEL.*needs ANTHROPIC_API_KEY"):
         resolve_llm("openai/gpt-4o")
@@ -95,6 +109,26 @@ def test_one_precedence_environment_first_and_credentials_decide(clean_llm_env):
     env.delenv("OPENAI_API_KEY")
     env.setenv("OPENAI_API_BASE", "http://127.0.0.1:9/v1")
     assert resolve_llm("openai/gpt-4o").api_base == "http://127.0.0.1:9/v1"
+
+
+def test_a_dot_env_file_sits_below_the_environment_and_above_the_cluster(clean_llm_env, tmp_path):
+    from planner.investigator import env_file
+
+    env = clean_llm_env
+    env.setattr(env_file, "supplied", set())
+    env.setattr("planner.investigator.llm_config.supplied", env_file.supplied)
+    dotenv = tmp_path / "llm.env"
+    dotenv.write_text(f"# LLM settings\nexport LLM_MODEL=openai/from-dotenv\nOPENAI_API_KEY='{KEY}'\n"
+                      "OPENAI_API_BASE=http://127.0.0.1:9/v1\n")
+    env.setenv("OPENAI_API_BASE", "http://127.0.0.1:7/v1")  # already set: the environment wins
+    assert env_file.load_env_file(dotenv) == dotenv
+    config = resolve_llm("openai/cluster-model")
+    assert (config.model, config.source, config.api_base) == ("openai/from-dotenv", ".env LLM_MODEL",
+                                                             "http://127.0.0.1:7/v1")
+    assert config.credentials == "OPENAI_API_BASE (environment), OPENAI_API_KEY (.env file)" and KEY not in str(config)
+    (tmp_path / "bad.env").write_text("LLM_MODEL openai/x\n")
+    with pytest.raises(env_file.EnvFileError, match="line 1 is not NAME=value"):
+        env_file.load_env_file(tmp_path / "bad.env")
 
 
 def test_tune_runs_the_llm_phase_through_litellm_against_a_loopback_endpoint(tmp_path, clean_llm_env):
@@ -108,7 +142,9 @@ def test_tune_runs_the_llm_phase_through_litellm_against_a_loopback_endpoint(tmp
         outcome = tune(load_workload(workload), load_cluster(cluster), out,
                        TuneOptions(investigator=InvestigatorOptions(calls_per_round=3)), workload_file=str(workload),
                        cluster_file=str(cluster), note=lambda line: None)
-    assert outcome.llm_phase.startswith("done: openai/loopback-model (env LLM_MODEL), react, 1 round(s), 4 LLM calls")
+    assert outcome.llm_phase.startswith("done: openai/loopback-model (env LLM_MODEL; credentials: OPENAI_API_BASE "
+                                        "(environment), OPENAI_API_KEY (environment)), react; plan: 2 candidate(s); "
+                                        "1 round(s) ok, 0 failed; 3 LLM trial(s) simulated; 4 LLM call(s) answered")
     assert [r["path"] for r in requests] == ["/v1/chat/completions"] * 4
     assert {r["body"]["model"] for r in requests} == {"loopback-model"}
     assert {r["auth"] for r in requests} == {f"Bearer {KEY}"}
@@ -130,11 +166,12 @@ def test_a_provider_error_fails_that_round_and_the_next_goes_on(tmp_path, clean_
     script = [plan_answer(FITS[:1]), 500, step("evaluate_simulate", {"config": FITS[1]}), step("finish"),
               summary("tp=2 with fp8 is slower", "done")]
     with loopback(script) as requests, served(tmp_path, rounds=2) as (server, ledger, run_id):
-        lm = build_lm(resolve_llm(None), num_retries=0)
+        lm = build_lm(resolve_llm(None), LLMBounds(call_timeout_s=30, max_tokens=512, retries=0, phase_timeout_s=600))
         report = investigate_with(server, ledger, run_id, lm, calls_per_round=3)
         notes = [n.text for n in ledger.notes(run_id)]
         calls = ledger.llm_calls(run_id)
     assert len(requests) == len(script)
     assert [r.status for r in report.rounds] == ["failed", "ok"]
     assert "InternalServerError" in report.rounds[0].error and any(n.startswith("round 1 failed") for n in notes)
-    assert report.rounds[1].simulate_calls == 1 and len(calls) == report.llm_calls == 4
+    assert report.rounds[1].simulate_calls == 1 and report.llm_calls == 4 and report.failed_calls == 1
+    assert sorted(c.outcome for c in calls) == ["ok"] * 4 + ["server_error"]  # the failed call is recorded too

@@ -125,7 +125,7 @@ def test_mcp_record_measurement_shows_measured_calibrated_and_raw(tmp_path):
         assert negative.is_error
 
 
-def test_a_v2_ledger_gains_measurements_and_keeps_its_trials(tmp_path):
+def test_a_v2_ledger_gains_measurements_and_llm_outcomes_and_keeps_its_trials(tmp_path):
     workload, cluster = small_inputs(tmp_path / "inputs")
     path = tmp_path / "old.sqlite"
     w, c = load_workload(workload), load_cluster(cluster)
@@ -135,14 +135,16 @@ def test_a_v2_ledger_gains_measurements_and_keeps_its_trials(tmp_path):
         led.record_trial(run.id, cfg, evaluate_simulate(w, c), fidelity="simulate", wall_ms=1.0, origin="old")
     raw = sqlite3.connect(path)
     raw.executescript("DROP TABLE measurements; DROP INDEX trials_by_run; ALTER TABLE trials DROP COLUMN calibrated_json; "
-                      "PRAGMA user_version = 2;")
+                      "ALTER TABLE llm_calls DROP COLUMN outcome; PRAGMA user_version = 2;")
     raw.close()
-    assert len(ledger_schema.MIGRATIONS) == 3
+    assert len(ledger_schema.MIGRATIONS) == 4
     with Ledger(path) as led:
         [t] = led.trials(run.id)
         assert t.origin == "old" and t.calibrated is None and led.measurements(run.id) == []
         led.record_measurement(run.id, t.id, 100.0)
         assert [m.trial_id for m in led.measurements(run.id)] == [t.id]
+        assert led.record_llm_call(run.id, model="m", prompt_tokens=0, completion_tokens=0, outcome="timeout").outcome == (
+            "timeout")
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 3
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
     raw.close()

@@ -51,6 +51,10 @@ class _Llm(BaseModel):
     model_config = ConfigDict(extra="allow")
     model: str | None = None
     timeout_s: PositiveFloat = 120.0
+    max_tokens: PositiveInt = 2048
+    retries: NonNegativeInt = 1
+    phase_timeout_s: PositiveFloat = 1800.0
+    context_window: PositiveInt | None = None
 
 
 class _Agent(BaseModel):
@@ -102,6 +106,10 @@ def load_cluster(path: str | Path) -> ClusterSpec:
         benchmark_gpus=raw.available_for_benchmark.benchmark_gpus,
         llm_model=raw.agent.llm.model,
         llm_timeout_s=raw.agent.llm.timeout_s,
+        llm_max_tokens=raw.agent.llm.max_tokens,
+        llm_retries=raw.agent.llm.retries,
+        llm_phase_timeout_s=raw.agent.llm.phase_timeout_s,
+        llm_context_window=raw.agent.llm.context_window,
         prompt_extras="\n".join(extras) if isinstance(extras, list) else extras,
         stack=tc.stack,
         stack_version=tc.stack_version,

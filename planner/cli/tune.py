@@ -10,9 +10,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
 from oracle.constraints import pinned
+from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
 
 from ..explain import short_text
+from ..investigator.env_file import EnvFileError, load_env_file
 from ..investigator.models import InvestigatorOptions
 from ..tune import TuneOptions, tune
 from .search_args import add_search_arguments, search_argv, with_search_args
@@ -57,6 +59,17 @@ def register(verbs: argparse._SubParsersAction) -> None:
                      help="tool calls per round (default: %(default)s)")
     llm.add_argument("--patience", type=_at_least(1), default=8,
                      help="stop after this many simulate calls without a better layout (default: %(default)s)")
+    llm.add_argument("--llm-timeout", type=float, metavar="S",
+                     help="seconds one LLM call may take (default: the cluster's agent.llm.timeout_s, 120)")
+    llm.add_argument("--llm-max-tokens", type=_at_least(1), metavar="N",
+                     help="completion tokens per LLM call (default: agent.llm.max_tokens, 2048)")
+    llm.add_argument("--llm-retries", type=_at_least(0), metavar="N",
+                     help="retries of a failed LLM call (default: agent.llm.retries, 1)")
+    llm.add_argument("--phase-timeout", type=float, metavar="S",
+                     help="wall clock of the whole LLM phase (default: agent.llm.phase_timeout_s, 1800)")
+    llm.add_argument("--env-file", metavar="PATH",
+                     help="LLM settings as NAME=value lines (default: ./.env when present); the real "
+                          "environment wins, the cluster's agent.llm block comes after")
     llm.add_argument("--allow-local-interpreter", action="store_true",
                      help="let dspy.RLM run LLM-written code UNSANDBOXED on this machine (no Deno needed)")
     add_search_arguments(p)
@@ -65,11 +78,19 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
+    try:
+        env_file = load_env_file(args.env_file)
+    except EnvFileError as exc:
+        raise InputError(str(exc), key="--env-file") from None
+    if env_file is not None:
+        console.print(f"LLM settings read from {env_file} (the environment wins over it)", highlight=False)
     cluster = with_search_args(load_cluster(args.target_cluster), args)
     workload = pinned(load_workload(args.workload), cluster)
     investigator = InvestigatorOptions(agent_loop=args.agent_loop, rounds=args.rounds,
                                        calls_per_round=args.calls_per_round, patience=args.patience,
-                                       allow_local_interpreter=args.allow_local_interpreter)
+                                       allow_local_interpreter=args.allow_local_interpreter,
+                                       call_timeout_s=args.llm_timeout, max_tokens=args.llm_max_tokens,
+                                       retries=args.llm_retries, phase_timeout_s=args.phase_timeout)
     options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
                           resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
                           profiling_mode=args.profiling_mode, pick=args.pick, investigator=investigator,

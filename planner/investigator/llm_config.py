@@ -16,6 +16,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel
 
+from .env_file import source_of, supplied
+from .models import LLMBounds
+
 if TYPE_CHECKING:
     import dspy
 
@@ -31,8 +34,9 @@ class LLMConfig(BaseModel):
     """The resolved model and where it came from (no secrets)."""
 
     model: str
-    source: Literal["env LLM_MODEL", "cluster agent.llm.model", "default", "--dry-run"]
+    source: Literal["env LLM_MODEL", ".env LLM_MODEL", "cluster agent.llm.model", "default", "--dry-run"]
     api_base: str | None = None
+    credentials: str = ""  # where the key and endpoint came from: variable names and sources, never values
 
 
 def offline_litellm() -> None:
@@ -47,7 +51,7 @@ def named_llm(cluster_model: str | None) -> LLMConfig:
     """The model the precedence names (credentials unchecked)."""
     env_model = os.environ.get("LLM_MODEL", "").strip()
     if env_model:
-        return LLMConfig(model=env_model, source="env LLM_MODEL")
+        return LLMConfig(model=env_model, source=".env LLM_MODEL" if "LLM_MODEL" in supplied else "env LLM_MODEL")
     if cluster_model:
         return LLMConfig(model=cluster_model, source="cluster agent.llm.model")
     return LLMConfig(model=DEFAULT_MODEL, source="default")
@@ -57,6 +61,8 @@ def resolve_llm(cluster_model: str | None) -> LLMConfig:
     """The configured LLM with its credentials present, or LLMNotConfigured with the reason."""
     offline_litellm()
     config = named_llm(cluster_model)
+    found = [n for n in sorted(os.environ) if n.endswith("_API_KEY") or n in ("OPENAI_API_BASE",)]
+    config = config.model_copy(update={"credentials": ", ".join(f"{n} ({source_of(n)})" for n in found)})
     if config.model.startswith("openai/") and os.environ.get("OPENAI_API_BASE"):
         return config.model_copy(update={"api_base": os.environ["OPENAI_API_BASE"]})
     try:
@@ -76,11 +82,9 @@ def dry_run_llm() -> LLMConfig:
     return LLMConfig(model="dry-run/scripted", source=DRY_RUN)
 
 
-def build_lm(config: LLMConfig, *, num_retries: int = 3) -> dspy.BaseLM:
+def build_lm(config: LLMConfig, bounds: LLMBounds) -> dspy.BaseLM:
     """A DSPy LM for `config`: the scripted one for --dry-run, else LiteLLM with no response cache (every
-    call is a real one)."""
-    import dspy
-
+    call is a real one), bounded by `bounds` (`BoundedLM`)."""
     if config.source == DRY_RUN:
         from .dry import DryRunLM
 
@@ -92,4 +96,6 @@ def build_lm(config: LLMConfig, *, num_retries: int = 3) -> dspy.BaseLM:
         extra["api_base"] = config.api_base
         if not os.environ.get("OPENAI_API_KEY"):
             extra["api_key"] = KEYLESS_PLACEHOLDER
-    return dspy.LM(config.model, cache=False, num_retries=num_retries, **extra)
+    from .bounded_lm import BoundedLM
+
+    return BoundedLM(config.model, bounds, **extra)

@@ -44,8 +44,41 @@ class ToolClient:
         return result.structured_content or {}
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> CallToolResult:
-        """The MCP client interface `dspy.Tool.from_mcp_tool` expects, from any event loop."""
-        return await asyncio.to_thread(self.call_raw, name, arguments or {})
+        """The MCP client interface `dspy.Tool.from_mcp_tool` expects, from any event loop; an evaluation's
+        result comes back without its term breakdown and echoed config (`brief`): the agent reads the
+        verdict and the figures, and every observation stays in its prompt for the rest of the round."""
+        result = await asyncio.to_thread(self.call_raw, name, arguments or {})
+        if result.is_error or not isinstance(result.structured_content, dict):
+            return result
+        return result.model_copy(update={"structured_content": brief(result.structured_content)})
+
+
+RESULT_KEEP = ("legal", "fits", "reason", "violations", "memory_per_gpu_gb", "memory_cap_gb", "iteration_ms",
+               "tokens_per_s_per_gpu", "mfu", "error", "config_key")
+
+
+def brief(content: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation's structured result with only the EvalResult fields an agent reasons with."""
+    if not isinstance(content.get("result"), dict):
+        return content
+    result = {k: v for k, v in content["result"].items() if k in RESULT_KEEP}
+    result["violations"] = [f"{v.get('code')}: {str(v.get('message'))[:160]}" for v in result.get("violations") or []]
+    return {**content, "result": result}
+
+
+CONFIG_ARGS = ("config", "from_config", "to_config")
+CONFIG_STUB = {"type": "object", "description": "TrialConfig knobs as a JSON object (the knobs are listed in the "
+                                                "task), e.g. {\"tp\": 2, \"pp\": 4}"}
+
+
+def compact(tool: Tool) -> Tool:
+    """`tool` as the agent's prompt carries it: its description's first sentence, and each config argument
+    a short object stub (the knobs are stated once, `context.compact_knobs`; the server validates them)."""
+    schema = dict(tool.input_schema)
+    props = {k: (CONFIG_STUB if k in CONFIG_ARGS else v) for k, v in schema.get("properties", {}).items()}
+    schema = {k: v for k, v in schema.items() if k != "$defs"} | {"properties": props}
+    first = (tool.description or "").split(". ")[0].rstrip(".") + "."
+    return tool.model_copy(update={"input_schema": schema, "description": first})
 
 
 def paratune_command() -> str:
@@ -105,4 +138,4 @@ class ServerConnection(ToolClient):
         missing = [n for n in names if n not in by_name]
         if missing:
             raise ToolCallError(f"the server has no tool {', '.join(missing)}")
-        return [dspy.Tool.from_mcp_tool(client or self, by_name[n], result_mode="structured") for n in names]
+        return [dspy.Tool.from_mcp_tool(client or self, compact(by_name[n]), result_mode="structured") for n in names]

@@ -8,6 +8,18 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 
+class LLMBounds(BaseModel):
+    """Limits of the LLM phase: each call, its retries and tokens, and the whole phase's wall clock."""
+
+    call_timeout_s: float
+    max_tokens: int
+    retries: int
+    phase_timeout_s: float
+    breaker: int = Field(default=3, description="consecutive transport failures that end the phase")
+    context_window: int | None = Field(default=None, description="the model's input tokens (agent.llm."
+                                                                  "context_window, else LiteLLM's model info)")
+
+
 class InvestigatorOptions(BaseModel):
     """How the LLM phase runs: which loop, how many rounds and tool calls, when to stop early."""
 
@@ -16,6 +28,19 @@ class InvestigatorOptions(BaseModel):
     calls_per_round: int = Field(default=8, ge=1, description="tool calls one round may make")
     patience: int = Field(default=8, ge=1, description="simulate calls without a better incumbent before stopping")
     allow_local_interpreter: bool = Field(default=False, description="RLM may run LLM-written code unsandboxed")
+    call_timeout_s: float | None = Field(default=None, gt=0, description="one LLM call; default agent.llm.timeout_s")
+    max_tokens: int | None = Field(default=None, ge=1, description="per call; default agent.llm.max_tokens")
+    retries: int | None = Field(default=None, ge=0, description="LiteLLM retries; default agent.llm.retries")
+    phase_timeout_s: float | None = Field(default=None, gt=0, description="the whole phase; default "
+                                                                            "agent.llm.phase_timeout_s")
+
+    def bounds(self, cluster: Any) -> "LLMBounds":
+        """The phase's limits: these options where given, else the cluster's agent.llm block."""
+        return LLMBounds(call_timeout_s=self.call_timeout_s or cluster.llm_timeout_s,
+                         max_tokens=self.max_tokens or cluster.llm_max_tokens,
+                         retries=cluster.llm_retries if self.retries is None else self.retries,
+                         phase_timeout_s=self.phase_timeout_s or cluster.llm_phase_timeout_s,
+                         context_window=cluster.llm_context_window)
 
     def sandbox_problem(self) -> str | None:
         """Why the RLM loop cannot run here, or None (ReAct runs no code)."""
@@ -64,9 +89,24 @@ class InvestigationReport(BaseModel):
     plan: PlanReport
     rounds: list[RoundReport]
     stop_reason: str
-    llm_calls: int
+    llm_calls: int = Field(description="LLM calls answered")
+    failed_calls: int = Field(default=0, description="LLM calls that failed or timed out (in llm_calls too)")
     start_best: float | None
     best_tokens_per_s_per_gpu: float | None
+
+    @property
+    def llm_trials(self) -> int:
+        """Layouts the LLM had simulated: the planner's candidates and the rounds' simulate calls."""
+        return sum(c.status == "simulated" for c in self.plan.candidates) + sum(r.simulate_calls for r in self.rounds)
+
+    @property
+    def headline(self) -> str:
+        """What the phase did, said plainly: rounds ok and failed, LLM trials, calls, why it stopped."""
+        ok = sum(r.status == "ok" for r in self.rounds)
+        plan = "plan failed" if self.plan.error else f"plan: {len(self.plan.candidates)} candidate(s)"
+        return (f"{plan}; {ok} round(s) ok, {len(self.rounds) - ok} failed; {self.llm_trials} LLM trial(s) "
+                f"simulated; {self.llm_calls} LLM call(s) answered, {self.failed_calls} failed; stopped: "
+                f"{self.stop_reason}")
 
     @property
     def hypotheses(self) -> list[str]:

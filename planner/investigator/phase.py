@@ -4,7 +4,6 @@ stdio server it runs against."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,8 +40,7 @@ def _scratch(server: ServerConnection, text: str, author: str, note: Note) -> No
 
 def _plan_step(server: ServerConnection, progress: Progress, run: dict[str, str], note: Note) -> PlanReport:
     """Ask the planner and evaluate its candidates; a failure is reported, and noted, not raised."""
-    [simulate_tool] = server.dspy_tools(["evaluate_simulate"])
-    inputs = {**run, **describe_progress(server), "config_schema": json.dumps(simulate_tool.args["config"])}
+    inputs = {**run, **describe_progress(server)}
     try:
         report = plan(ToolGate(server, progress, origin="llm:plan"), {k: inputs[k] for k in PlanLayouts.input_fields})
     except Exception as exc:  # provider error or malformed output: the rounds still run
@@ -60,7 +58,7 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
         interpreter_factory(options)  # a missing sandbox is a setup error: say so before any LLM call
         if options.allow_local_interpreter:
             note(LOCAL_INTERPRETER_WARNING)
-    llm_calls = 0
+    llm_calls = failed_calls = 0
     run = describe_run(server)
     has_gpu = server.call("get_cluster")["cluster"]["has_gpu"]
     tool_names = AGENT_TOOLS + (["evaluate_with_benchmark"] if has_gpu else []) + [SUB_LM_TOOL]
@@ -75,14 +73,16 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
             try:
                 report = _plan_step(server, progress, run, note)
             finally:
-                llm_calls += drain_usage(lm, sink)
+                answered, failed = drain_usage(lm, sink)
+                llm_calls, failed_calls = llm_calls + answered, failed_calls + failed
+            halted = getattr(lm, "stop_reason", None)
         hypothesis = report.hypothesis or "find cross-axis layouts that beat the incumbent"
         for number in range(1, total + 1):
-            if progress.stop_reason:
+            if progress.stop_reason or halted:
                 break
             inputs = {"this_round": f"round {number} of {total}", "hypothesis": hypothesis,
-                      "run": f"{run['architecture']}\n{run['cluster']}", "guidance": run["guidance"],
-                      **describe_progress(server)}
+                      "run": f"{run['architecture']}\n{run['cluster']}", "knobs": run["knobs"],
+                      "guidance": run["guidance"], **describe_progress(server)}
             try:
                 done = run_round(server, progress, options, lm, tool_names, number, inputs)
             except dspy.CodeInterpreterError as exc:
@@ -90,7 +90,9 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
                 _scratch(server, halted, f"llm:round{number}", note)
                 break
             finally:
-                llm_calls += drain_usage(lm, sink)
+                answered, failed = drain_usage(lm, sink)
+                llm_calls, failed_calls = llm_calls + answered, failed_calls + failed
+            halted = getattr(lm, "stop_reason", None)
             rounds.append(done)
             _scratch(server, round_note(done), f"llm:round{number}", note)
             note(f"LLM round {number}: {done.status}, {done.tool_calls} tool calls, {done.simulate_calls} simulated"
@@ -98,8 +100,8 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
             hypothesis = done.next_hypothesis or hypothesis
     stop = halted or progress.stop_reason or f"{total} round(s) done"
     return InvestigationReport(model=model, agent_loop=options.agent_loop, plan=report, rounds=rounds,
-                               stop_reason=stop, llm_calls=llm_calls, start_best=start_best,
-                               best_tokens_per_s_per_gpu=progress.best)
+                               stop_reason=stop, llm_calls=llm_calls, failed_calls=failed_calls,
+                               start_best=start_best, best_tokens_per_s_per_gpu=progress.best)
 
 
 @contextmanager

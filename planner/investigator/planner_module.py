@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import dspy
@@ -12,6 +13,7 @@ from .models import CandidateOutcome, PlanReport
 from .signatures import PlanLayouts
 
 MAX_CANDIDATES = 8
+ECHO = 80  # characters of a malformed candidate kept in the report and the scratchpad
 
 
 class Planner(dspy.Module):
@@ -26,9 +28,19 @@ class Planner(dspy.Module):
 
 
 def evaluate_candidate(gate: ToolGate, config: Any) -> CandidateOutcome:
-    """A free memory check, then (legal and fitting) one simulate call; rejections keep their reasons."""
+    """A free memory check, then (legal and fitting) one simulate call; rejections keep their reasons.
+    A JSON-encoded object is decoded first (a real-model habit); anything else is rejected on its own,
+    stored cut to `ECHO` characters."""
+    def clip(text: str) -> str:
+        return text if len(text) <= ECHO else text[:ECHO] + "..."
+
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return CandidateOutcome(config=clip(config), status="rejected", reasons=["not a TrialConfig object"])
     if not isinstance(config, dict):
-        return CandidateOutcome(config=config, status="rejected", reasons=["not a TrialConfig object"])
+        return CandidateOutcome(config=clip(repr(config)), status="rejected", reasons=["not a TrialConfig object"])
     try:
         memory = gate.call("evaluate_memory_only", config=config)
     except ToolCallError as exc:

@@ -12,20 +12,22 @@ class PlanLayouts(dspy.Signature):
     on the given cluster. The seed plan already varied one knob at a time around the baseline (see the
     history); propose combinations of several knobs it could not reach, e.g. a smaller micro-batch that
     frees the memory to drop recompute, or a cheaper MoE dispatch that pays for a larger model-parallel
-    degree. Each candidate is a TrialConfig object following config_schema: absent knobs keep the
+    degree. Each candidate is a TrialConfig object of the knobs listed: absent knobs keep the
     workload's values. Use only legal values, respect TP*PP*CP*DP = world size, and keep per-GPU memory
     under the cluster's memory_cap_gb. Follow the user's guidance."""
 
     architecture: str = dspy.InputField(desc="the workload: model, training arguments and baseline layout (JSON)")
     cluster: str = dspy.InputField(desc="the target cluster with its usable memory per GPU and budget (JSON)")
     legal_axes: str = dspy.InputField(desc="the values each knob may take on its own (JSON)")
-    config_schema: str = dspy.InputField(desc="JSON schema of one TrialConfig")
+    knobs: str = dspy.InputField(desc="the TrialConfig knobs and the values each takes")
     incumbent: str = dspy.InputField(desc="the best layout so far")
     history: str = dspy.InputField(desc="trials so far, one line each")
     scratchpad: str = dspy.InputField(desc="notes from earlier rounds and sessions")
     guidance: str = dspy.InputField(desc="the user's guidance for this run (may be empty)")
     hypothesis: str = dspy.OutputField(desc="what limits throughput now and which cross-axis changes should help")
-    candidates: list[dict[str, Any]] = dspy.OutputField(
+    # list[Any], not list[dict]: one malformed element (a JSON string, a sentence) must not lose the others;
+    # each is parsed on its own (`planner_module.evaluate_candidate`)
+    candidates: list[Any] = dspy.OutputField(
         desc="5 to 8 TrialConfig objects, highest expected tokens/s/GPU first")
 
 
@@ -40,6 +42,7 @@ class InvestigateRound(dspy.Signature):
     this_round: str = dspy.InputField(desc="this round and how many there are")
     hypothesis: str = dspy.InputField(desc="what this round should test")
     run: str = dspy.InputField(desc="the workload and cluster (JSON)")
+    knobs: str = dspy.InputField(desc="the TrialConfig knobs and the values each takes")
     incumbent: str = dspy.InputField(desc="the best layout so far")
     budget: str = dspy.InputField(desc="simulate calls spent and left")
     history: str = dspy.InputField(desc="trials so far, one line each")

@@ -13,12 +13,13 @@ from pydantic import BaseModel
 
 
 class LLMUsage(BaseModel):
-    """Model, tokens and cost of one LLM call (never a key)."""
+    """Model, tokens and cost of one LLM call (never a key); `outcome` ok or its failure class."""
 
     model: str
     prompt_tokens: int
     completion_tokens: int
     cost_usd: float | None
+    outcome: str = "ok"
 
 
 UsageSink = Callable[[LLMUsage], None]
@@ -30,10 +31,16 @@ def _usage(entry: dict[str, Any]) -> LLMUsage:
                     completion_tokens=int(tokens.get("completion_tokens") or 0), cost_usd=entry.get("cost"))
 
 
-def drain_usage(lm: Any, sink: UsageSink) -> int:
-    """Hand each call in `lm.history` to `sink` and empty the history; returns how many there were."""
+def drain_usage(lm: Any, sink: UsageSink) -> tuple[int, int]:
+    """Hand each call in `lm.history` (and each failed call a `BoundedLM` kept) to `sink` and empty both;
+    returns (calls answered, calls failed)."""
     entries = list(lm.history)
     lm.history.clear()
+    failed = list(getattr(lm, "failures", []))
+    if failed:
+        lm.failures.clear()
     for entry in entries:
         sink(_usage(entry))
-    return len(entries)
+    for f in failed:
+        sink(LLMUsage(model=f.model, prompt_tokens=0, completion_tokens=0, cost_usd=None, outcome=f.outcome))
+    return len(entries), len(failed)

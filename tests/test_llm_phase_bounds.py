@@ -1,0 +1,106 @@
+"""The LLM phase against hostile endpoints, through the real `paratune tune` (a subprocess, LiteLLM on
+loopback): a provider that never answers ends the phase within its bounds with the seed winner, every
+artifact and the timed-out calls in `llm_calls`; a dead endpoint opens the circuit breaker instead of
+being retried every round; SIGTERM closes the run with its artifacts and says how to resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import threading
+import time
+
+from .test_tune import args
+
+
+def _silent() -> socket.socket:
+    """A loopback listener whose connections are accepted and never answered."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(64)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server
+
+
+def _env(listener: socket.socket) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "LLM_MODEL")}
+    return env | {"LLM_MODEL": "openai/silent", "OPENAI_API_BASE": f"http://127.0.0.1:{listener.getsockname()[1]}/v1"}
+
+
+def _llm_calls(out) -> list[str]:
+    with sqlite3.connect(out / "ledger.sqlite") as conn:
+        return [row[0] for row in conn.execute("SELECT outcome FROM llm_calls")]
+
+
+def test_a_silent_provider_ends_the_phase_in_bounds_with_the_seed_winner_and_all_artifacts(tmp_path):
+    listener = _silent()
+    try:
+        start = time.monotonic()
+        proc = subprocess.run(args("llama8b", tmp_path, "--llm-timeout", "2", "--llm-retries", "0",
+                                   "--phase-timeout", "30", "--rounds", "5"),
+                              env=_env(listener), capture_output=True, text=True, timeout=300)
+        elapsed = time.monotonic() - start
+    finally:
+        listener.close()
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["winner"]["legal"] and summary["winner_origin"].startswith("seed:")
+    for name in ("trials.jsonl", "trials.png", "breakdown.png", "launch.sh", "scratchpad.txt"):
+        assert (tmp_path / name).is_file(), name
+    assert summary["llm_phase"].startswith("failed: openai/silent")
+    assert "in a row failed to reach the provider (timeout)" in summary["llm_phase"]  # the breaker, not 5 rounds
+    outcomes = _llm_calls(tmp_path)
+    assert outcomes and set(outcomes) == {"timeout"} and len(outcomes) <= 4
+    assert elapsed < 30 + 60  # the phase cap plus the seed plan and start-up
+
+
+def test_a_dead_endpoint_opens_the_breaker(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on: every call is refused at once
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "LLM_MODEL")}
+    env |= {"LLM_MODEL": "openai/dead", "OPENAI_API_BASE": f"http://127.0.0.1:{port}/v1"}
+    proc = subprocess.run(args("llama8b", tmp_path, "--llm-retries", "0", "--rounds", "6"), env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert "in a row failed to reach the provider (connection)" in summary["llm_phase"]
+    assert len(summary["investigation"]["rounds"]) < 6 and set(_llm_calls(tmp_path)) == {"connection"}
+
+
+def test_sigterm_in_the_llm_phase_closes_the_run_with_its_artifacts(tmp_path):
+    listener = _silent()
+    try:
+        proc = subprocess.Popen(args("llama8b", tmp_path, "--llm-timeout", "60", "--phase-timeout", "300"),
+                                env=_env(listener), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # wait until the seeds are scored and the LLM phase has begun
+            time.sleep(0.5)
+            if (tmp_path / "ledger.sqlite").exists():
+                with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
+                    if conn.execute("SELECT COUNT(*) FROM trials WHERE fidelity='simulate'").fetchone()[0] >= 3:
+                        break
+        time.sleep(3)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        listener.close()
+    assert proc.returncode == 0, err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["llm_phase"].startswith("interrupted") and "--resume" in summary["llm_phase"]
+    assert "--resume" in err and summary["winner"]["legal"]
+    with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
+        assert conn.execute("SELECT status FROM runs").fetchone()[0] == "finished"
