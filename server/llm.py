@@ -19,6 +19,7 @@ from pydantic import BaseModel
 from ledger import Ledger
 from ledger.keyguard import mask_secrets, refuse_keys
 from oracle.errors import InputError
+from planner.investigator.failures import classify
 from planner.investigator.llm_config import (
     KEYLESS_PLACEHOLDER,
     LLMNotConfigured,
@@ -88,6 +89,7 @@ def ask(ledger: Ledger, run_id: int, cluster_model: str | None, prompt: str, *, 
         response = litellm.completion(model=model, messages=messages, max_tokens=max_tokens, timeout=timeout_s,
                                       num_retries=0, **endpoint)
     except Exception as exc:  # any provider failure is the caller's to read, not a server crash
+        ledger.record_llm_call(run_id, model=model, prompt_tokens=0, completion_tokens=0, outcome=classify(exc))
         raise ToolError(f"LLM call to {model} failed: {type(exc).__name__}: {_safe(exc)}") from None
     try:
         cost = float(litellm.completion_cost(completion_response=response))

@@ -11,28 +11,10 @@ import signal
 import socket
 import sqlite3
 import subprocess
-import threading
 import time
 
+from .test_server_common import silent_listener
 from .test_tune import args
-
-
-def _silent() -> socket.socket:
-    """A loopback listener whose connections are accepted and never answered."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                held.append(server.accept()[0])
-            except OSError:
-                return
-
-    threading.Thread(target=accept, daemon=True).start()
-    return server
 
 
 def _env(listener: socket.socket) -> dict[str, str]:
@@ -46,7 +28,7 @@ def _llm_calls(out) -> list[str]:
 
 
 def test_a_silent_provider_ends_the_phase_in_bounds_with_the_seed_winner_and_all_artifacts(tmp_path):
-    listener = _silent()
+    listener, _ = silent_listener()
     try:
         start = time.monotonic()
         proc = subprocess.run(args("llama8b", tmp_path, "--llm-timeout", "2", "--llm-retries", "0",
@@ -82,7 +64,7 @@ def test_a_dead_endpoint_opens_the_breaker(tmp_path):
 
 
 def test_sigterm_in_the_llm_phase_closes_the_run_with_its_artifacts(tmp_path):
-    listener = _silent()
+    listener, _ = silent_listener()
     try:
         proc = subprocess.Popen(args("llama8b", tmp_path, "--llm-timeout", "60", "--phase-timeout", "300"),
                                 env=_env(listener), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

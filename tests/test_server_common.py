@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -66,3 +67,22 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def silent_listener() -> tuple[socket.socket, list[socket.socket]]:
+    """A loopback server socket whose connections are accepted and then left unanswered (a provider
+    that never replies), and the connections it holds."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(128)
+    held: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return server, held

@@ -6,41 +6,20 @@ A real `paratune serve` over stdio, LiteLLM pointed at a loopback socket that ac
 from __future__ import annotations
 
 import os
-import socket
-import threading
 import time
 
 import anyio
 import yaml
 from mcp import Client, StdioServerParameters
 
-from .test_server_common import PARATUNE, small_inputs
+from .test_server_common import PARATUNE, silent_listener, small_inputs
 
 CALLS = 50
 LIMIT_S = 10.0  # above LiteLLM's import time (~3-5 s here), so the calls reach the socket
 
 
-def _silent_listener() -> tuple[socket.socket, list[socket.socket]]:
-    """A loopback server socket whose connections are accepted and then left unanswered."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(128)
-    held: list[socket.socket] = []
-
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            held.append(conn)
-
-    threading.Thread(target=accept, daemon=True).start()
-    return server, held
-
-
 def test_a_silent_provider_times_out_each_call_and_the_server_keeps_answering(tmp_path):
-    listener, held = _silent_listener()
+    listener, held = silent_listener()
     workload, cluster = small_inputs(tmp_path, llm="openai/never-answers")
     data = yaml.safe_load(cluster.read_text())
     data["agent"]["llm"]["timeout_s"] = LIMIT_S

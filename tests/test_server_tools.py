@@ -189,6 +189,7 @@ def test_query_llm_records_usage_never_keys(call, monkeypatch):
     assert (row.model, row.prompt_tokens, row.completion_tokens) == ("openai/gpt-4o-mini", 12, 3)
     text = error(call("query_llm", prompt="fail"))
     assert "RuntimeError" in text and "sk-" not in text
+    assert [c.outcome for c in call.session.ledger.llm_calls(call.session.active.run.id)] == ["ok", "error:RuntimeError"]
 
 
 def test_run_seed_plan_reports_progress_and_respects_budget(call):

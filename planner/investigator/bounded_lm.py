@@ -11,9 +11,9 @@ from typing import Any
 
 import dspy
 
+from .failures import TRANSPORT, classify
 from .models import LLMBounds
 
-TRANSPORT = ("timeout", "connection", "rate_limit", "server_error")  # failures the breaker counts
 CHARS_PER_TOKEN = 4  # the prompt estimate (no tokenizer download): about 4 characters per token in English
 
 
@@ -44,24 +44,6 @@ class PhaseStop(Exception):
 class FailedCall:
     model: str
     outcome: str  # a failure class (`classify`)
-
-
-def classify(exc: BaseException) -> str:
-    """A failed call's class from DSPy's LM errors (`dspy/utils/exceptions.py`: LMTimeoutError,
-    LMRateLimitError, LMTransportError, LMServerError) or LiteLLM's: timeout, rate_limit, connection,
-    server_error, else error:<Exception>."""
-    name = type(exc).__name__
-    status = getattr(exc, "status_code", None)
-    if "Timeout" in name:
-        return "timeout"
-    if "RateLimit" in name or status == 429:
-        return "rate_limit"
-    if "Connection" in name or "Transport" in name or "Connection error" in str(exc):  # LiteLLM's wording for
-        return "connection"  # a refused connection it raises as InternalServerError
-    if name in ("LMServerError", "InternalServerError", "ServiceUnavailableError") or (
-            isinstance(status, int) and status >= 500):
-        return "server_error"
-    return f"error:{name}"
 
 
 class BoundedLM(dspy.LM):

@@ -52,7 +52,7 @@ def describe_progress(server: ToolClient) -> dict[str, str]:
 
 def _set(fields: dict[str, Any]) -> dict[str, Any]:
     """The fields that say something: not unset, not off, not empty."""
-    return {k: v for k, v in fields.items() if v not in (None, False, "", [], {}) or k in ("fits",)}
+    return {k: v for k, v in fields.items() if v not in (None, False, "", [], {})}
 
 
 def _cut(text: str) -> str:
