@@ -33,12 +33,13 @@ class Progress:
         self.budget_left = server.call("get_budget_status")["fidelities"]["simulate"]["left"]
 
     def observe(self, evaluation: dict[str, Any]) -> None:
-        """Account for one evaluate_simulate answer."""
+        """Account for one evaluate_simulate answer: a new legal layout counts as simulated (and against
+        patience); an illegal one spent no budget and counts for neither."""
         self.budget_left = evaluation["budget"]["left"]
-        if not evaluation["cached"]:
+        result = evaluation["result"]
+        if not evaluation["cached"] and result["legal"]:
             self.simulated += 1
             self.since_best += 1
-        result = evaluation["result"]
         tps = result.get("tokens_per_s_per_gpu")
         if result["legal"] and result.get("fits") and tps is not None and (self.best is None or tps > self.best):
             self.best, self.since_best = tps, 0
@@ -65,13 +66,17 @@ class ToolGate(ToolClient):
         self.simulated = 0
 
     def call_raw(self, name: str, arguments: dict[str, Any]) -> CallToolResult:
-        self.calls += 1
-        if self.max_calls is not None and self.calls > self.max_calls:
+        """Pass one call on (counted), or refuse it (not counted) once the round's calls or the phase's
+        budget are spent; evaluations carry the step's origin, notes its author."""
+        if self.max_calls is not None and self.calls >= self.max_calls:
             raise ToolCallError(f"this round's {self.max_calls} tool calls are used up: finish now")
         if name in BUDGETED and self.progress.stop_reason:
             raise ToolCallError(f"no more evaluations: {self.progress.stop_reason}; finish now")
+        self.calls += 1
         if name in TAGGED:
             arguments = {**arguments, "origin": self.origin}
+        elif name == "note_to_scratchpad" and arguments.get("author", "agent") == "agent":
+            arguments = {**arguments, "author": self.origin}  # the round, not a generic agent
         result = self.server.call_raw(name, arguments)
         if name == "evaluate_simulate":
             if result.is_error:
