@@ -5,6 +5,7 @@ local interpreter, RLM refused without a sandbox, and no oracle import."""
 from __future__ import annotations
 
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -119,7 +120,7 @@ def test_illegal_proposals_are_rejected_with_their_reasons_and_the_loop_goes_on(
     assert budget["spent"] == 2  # the plan's fitting candidate and the round's legal one; illegal ones are free
 
 
-def test_rlm_rounds_through_the_local_interpreter_and_a_broken_sandbox_ends_the_phase(tmp_path):
+def test_rlm_rounds_through_the_local_interpreter_and_a_dead_or_spinning_worker_fails_only_its_round(tmp_path):
     code = ("```python\nr = evaluate_simulate(config={'tp': 2, 'fp8': 'hybrid'})\n"
             "print(r['result']['legal'], r['cached'])\n```")
     answers = [
@@ -127,21 +128,26 @@ def test_rlm_rounds_through_the_local_interpreter_and_a_broken_sandbox_ends_the_
         {"reasoning": "probe tp=2 with fp8", "code": code},
         {"reasoning": "noted", "code": "note_to_scratchpad(text='rlm: tp=2 fp8 probed')\n"
                                         "SUBMIT(findings='tp=2 with fp8 is legal', next_hypothesis='cp=2')"},
-        {"reasoning": "the worker dies", "code": "import os\nos._exit(3)"},  # round 2: the sandbox breaks
+        {"reasoning": "the worker dies", "code": "import os\nos._exit(3)"},  # round 2: the worker exits
+        {"reasoning": "spin", "code": "while True:\n    pass"},  # round 3: a loop that never ends
     ]
     notes: list[str] = []
+    start = time.monotonic()
     with served(tmp_path, rounds=3) as (server, ledger, run_id):
         report = investigate_with(server, ledger, run_id, DummyLM(answers), notes, agent_loop="rlm",
-                                  allow_local_interpreter=True, calls_per_round=4)
+                                  allow_local_interpreter=True, calls_per_round=4, call_timeout_s=3)
         by_origin = origins(ledger, run_id)
         scratchpad = [n.text for n in ledger.notes(run_id)]
+    elapsed = time.monotonic() - start
     assert notes[0].startswith("WARNING: --allow-local-interpreter")
-    [done] = report.rounds
-    assert (done.status, done.findings, done.next_hypothesis) == ("ok", "tp=2 with fp8 is legal", "cp=2")
-    assert [t.config["tp"] for t in by_origin["llm:round1"]] == [2] and done.simulate_calls == 1
-    assert "rlm: tp=2 fp8 probed" in scratchpad and report.llm_calls == 4
-    assert report.stop_reason.startswith("the code sandbox failed in round 2: CodeInterpreterError")
-    assert scratchpad[-1] == report.stop_reason
+    first, dead, spinning = report.rounds
+    assert (first.status, first.findings, first.next_hypothesis) == ("ok", "tp=2 with fp8 is legal", "cp=2")
+    assert [t.config["tp"] for t in by_origin["llm:round1"]] == [2] and first.simulate_calls == 1
+    assert "rlm: tp=2 fp8 probed" in scratchpad
+    assert dead.status == spinning.status == "failed" and "CodeInterpreterError" in dead.error
+    assert "time" in spinning.error.lower() and elapsed < 60  # the 3 s execution bound, not for ever
+    workers = subprocess.run(["pgrep", "-f", "local_interpreter_worker.py"], capture_output=True, text=True)
+    assert workers.stdout.strip() == ""  # no worker outlives its round
 
 
 def test_the_client_never_imports_the_oracle():

@@ -85,10 +85,6 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
                       "guidance": run["guidance"], **describe_progress(server)}
             try:
                 done = run_round(server, progress, options, lm, tool_names, number, inputs)
-            except dspy.CodeInterpreterError as exc:
-                halted = f"the code sandbox failed in round {number}: {one_line(exc)}"
-                _scratch(server, halted, f"llm:round{number}", note)
-                break
             finally:
                 answered, failed = drain_usage(lm, sink)
                 llm_calls, failed_calls = llm_calls + answered, failed_calls + failed

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 
@@ -35,33 +36,38 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[:300]}"
 
 
-def interpreter_factory(options: InvestigatorOptions) -> Callable[[], CodeInterpreter]:
-    """DSPy's Deno sandbox, or the unsandboxed local interpreter when the user opted in."""
+def interpreter_factory(options: InvestigatorOptions, timeout_s: float | None = None) -> Callable[[], CodeInterpreter]:
+    """DSPy's Deno sandbox, or the unsandboxed local interpreter when the user opted in, whose every
+    execution is bounded by `timeout_s` (a timeout kills the worker's process group)."""
     problem = options.sandbox_problem()
     if problem:
         raise SandboxUnavailable(problem)
-    return LocalInterpreter if options.allow_local_interpreter else dspy.PythonInterpreter
+    if options.allow_local_interpreter:
+        return functools.partial(LocalInterpreter, execution_timeout=timeout_s)
+    return dspy.PythonInterpreter
 
 
 def make_agent(options: InvestigatorOptions, tools: list[dspy.Tool], lm: dspy.BaseLM) -> dspy.Module:
-    """The round's agent; the gate caps its tool calls at calls_per_round (+1 step for ReAct's finish)."""
+    """The round's agent; the gate caps its tool calls at calls_per_round (+1 step for ReAct's finish);
+    RLM's code runs at most one LLM call's time per execution, its sub-LM at most calls_per_round calls."""
     if options.agent_loop == "react":
         return dspy.ReAct(InvestigateRound, tools=tools, max_iters=options.calls_per_round + 1)
+    bounds = getattr(lm, "bounds", None)
+    timeout = bounds.call_timeout_s if bounds is not None else options.call_timeout_s
     return dspy.RLM(InvestigateRound, tools=[t for t in tools if t.name != SUB_LM_TOOL], sub_lm=lm,
-                    max_iters=options.calls_per_round, interpreter_factory=interpreter_factory(options))
+                    max_iters=options.calls_per_round, max_llm_calls=options.calls_per_round,
+                    interpreter_factory=interpreter_factory(options, timeout))
 
 
 def run_round(server: ServerConnection, progress: Progress, options: InvestigatorOptions, lm: dspy.BaseLM,
               tool_names: list[str], number: int, inputs: dict[str, str]) -> RoundReport:
-    """Run one round; a failure of the LM or its output is reported, not raised (a broken code sandbox is:
-    every later round would fail the same way)."""
+    """Run one round; a failure of the LM, its output or its code worker (a crash, a timeout) fails this
+    round only: the next one starts a fresh worker."""
     gate = ToolGate(server, progress, origin=f"llm:round{number}", max_calls=options.calls_per_round)
     agent = make_agent(options, server.dspy_tools(tool_names, gate), lm)
     try:
         prediction = agent(**inputs)
-    except dspy.CodeInterpreterError:
-        raise
-    except Exception as exc:  # provider errors, malformed output: the next round goes on
+    except Exception as exc:  # provider errors, malformed output, a dead code worker: the next round goes on
         return RoundReport(round=number, status="failed", error=one_line(exc), tool_calls=gate.calls,
                            simulate_calls=gate.simulated)
     return RoundReport(round=number, status="ok", findings=str(prediction.findings),
