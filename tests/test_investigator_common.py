@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from dspy.utils import DummyLM
 
 from ledger import Ledger
 from planner.investigator.mcp_client import ServerConnection, stdio_server
@@ -72,3 +73,15 @@ def origins(ledger: Ledger, run_id: int) -> dict[str, list[Any]]:
     for t in ledger.trials(run_id):
         found.setdefault(t.origin, []).append(t)
     return found
+
+
+class RecordingLM(DummyLM):
+    """DummyLM that keeps the messages of every prompt it is sent (DSPy's history is drained per step)."""
+
+    def __init__(self, answers: list[dict[str, Any]]):
+        super().__init__(answers)
+        self.prompts: list[list[dict[str, Any]]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.prompts.append(list(kwargs.get("messages") or []))
+        return super().__call__(*args, **kwargs)

@@ -6,13 +6,13 @@ phase before the call, saying what to change."""
 from __future__ import annotations
 
 import pytest
-from dspy.utils import DummyLM
 
 from planner.investigator.bounded_lm import BoundedLM, PhaseStop, prompt_tokens
 from planner.investigator.models import LLMBounds
 
 from .test_investigator_common import (
     FITS,
+    RecordingLM,
     investigate_with,
     plan_answer,
     served,
@@ -25,30 +25,18 @@ MAX_TOKENS = 1024  # its completion cap
 TOOL_CALLS = 4
 
 
-class Recording(DummyLM):
-    """DummyLM that keeps the estimated tokens of every prompt it is sent."""
-
-    def __init__(self, answers):
-        super().__init__(answers)
-        self.prompts: list[int] = []
-
-    def __call__(self, *args, **kwargs):
-        self.prompts.append(prompt_tokens(kwargs.get("messages")))
-        return super().__call__(*args, **kwargs)
-
-
 def test_the_planner_and_a_react_round_fit_an_8k_model_with_room_for_four_tool_calls(tmp_path, capsys):
     answers = [plan_answer(FITS[:1]), step("evaluate_simulate", {"config": FITS[1]}), step("get_history", {"k": 12}),
                step("evaluate_memory_only", {"config": FITS[2]}), step("evaluate_simulate", {"config": FITS[3]}),
                step("finish"), summary("cp=2 helps", "more cp")]
-    lm = Recording(answers)
+    lm = RecordingLM(answers)
     with served(tmp_path, rounds=1) as (server, ledger, run_id):
         for i in range(30):  # a history and a scratchpad as a real run has them
             server.call("evaluate_memory_only", config={"mbs": 1 + i % 4, "tp": 1 + i % 2, "cp": 1 + (i // 8) % 2})
             server.call("note_to_scratchpad", text=f"seed note {i}: " + "tp and cp trade-offs " * 20)
         report = investigate_with(server, ledger, run_id, lm, calls_per_round=TOOL_CALLS)
     assert report.rounds[0].status == "ok" and report.rounds[0].tool_calls == TOOL_CALLS
-    planner, first, *steps = lm.prompts
+    planner, first, *steps = [prompt_tokens(m) for m in lm.prompts]
     after_four = steps[TOOL_CALLS - 1]  # the prompt once four tool calls are in the trajectory
     with capsys.disabled():
         print(f"\nprompt tokens (chars/4): planner {planner}, first ReAct step {first}, after {TOOL_CALLS} tool calls "

@@ -13,6 +13,7 @@ from dspy.primitives.local_interpreter import LocalInterpreter
 from .gate import Progress, ToolGate
 from .mcp_client import ServerConnection
 from .models import InvestigatorOptions, RoundReport
+from .react_loop import SteadyReAct
 from .signatures import InvestigateRound
 
 AGENT_TOOLS = ["evaluate_memory_only", "evaluate_simulate", "validate_config", "get_legal_axes", "get_history",
@@ -51,7 +52,7 @@ def make_agent(options: InvestigatorOptions, tools: list[dspy.Tool], lm: dspy.Ba
     """The round's agent; the gate caps its tool calls at calls_per_round (+1 step for ReAct's finish);
     RLM's code runs at most one LLM call's time per execution, its sub-LM at most calls_per_round calls."""
     if options.agent_loop == "react":
-        return dspy.ReAct(InvestigateRound, tools=tools, max_iters=options.calls_per_round + 1)
+        return SteadyReAct(InvestigateRound, tools=tools, max_iters=options.calls_per_round + 1)
     bounds = getattr(lm, "bounds", None)
     timeout = bounds.call_timeout_s if bounds is not None else options.call_timeout_s
     return dspy.RLM(InvestigateRound, tools=[t for t in tools if t.name != SUB_LM_TOOL], sub_lm=lm,
