@@ -122,5 +122,5 @@ def _run(args: argparse.Namespace) -> int:
         out.print(outcome.launch.command, highlight=False, soft_wrap=True)
     files = " ".join(outcome.launch.files) if outcome.launch else ""
     out.print(f"artifacts in {args.out_dir}: ledger.sqlite trials.jsonl summary.json scratchpad.txt trials.png "
-              f"trials/ launch.sh {files}".rstrip(), highlight=False)
+              f"breakdown.png trials/ launch.sh {files}".rstrip(), highlight=False)
     return 0
