@@ -108,9 +108,9 @@ def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, cluster: ClusterSpec,
               ) -> tuple[SeedOutcome | None, InvestigationReport | None, str]:
     """(seeds, report, status line): the seed plan, then the LLM phase, over one `paratune serve` on this run's
     ledger that does all the scoring (one oracle start-up); seeds is None when the server never got to them."""
+    from .investigator.failures import one_line
     from .investigator.llm_config import build_lm
     from .investigator.phase import investigate, serve_run
-    from .investigator.rounds import one_line
 
     seeds: SeedOutcome | None = None
     start = time.perf_counter()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 TRANSPORT = ("timeout", "connection", "rate_limit", "server_error")  # failures the breaker counts
 
 
@@ -22,3 +24,13 @@ def classify(exc: BaseException) -> str:
             isinstance(status, int) and status >= 500):
         return "server_error"
     return f"error:{name}"
+
+
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one short line for the scratchpad, the report and the agent, with the value of any
+    key or token variable in this environment blanked out (provider errors may quote what they were sent)."""
+    text = " ".join(str(exc).split())
+    for name, value in os.environ.items():
+        if name.endswith(("_KEY", "_TOKEN")) and len(value) >= 8:
+            text = text.replace(value, "***")
+    return f"{type(exc).__name__}: {text[:limit]}"

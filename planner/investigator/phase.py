@@ -11,6 +11,7 @@ from pathlib import Path
 import dspy
 
 from .context import describe_progress, describe_run
+from .failures import one_line
 from .gate import Progress, ToolGate
 from .mcp_client import ServerConnection, ToolCallError, stdio_server
 from .models import InvestigationReport, InvestigatorOptions, PlanReport, RoundReport
@@ -20,7 +21,6 @@ from .rounds import (
     LOCAL_INTERPRETER_WARNING,
     SUB_LM_TOOL,
     interpreter_factory,
-    one_line,
     round_note,
     run_round,
 )

@@ -9,14 +9,9 @@ from typing import Any
 
 import dspy
 
-from .failures import classify
+from .failures import classify, one_line
 
 PARSE_RETRIES = 2  # unreadable steps in a row before the round stops stepping
-
-
-def one_line(exc: BaseException, limit: int = 300) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text[:limit]}"
 
 
 class SteadyReAct(dspy.ReAct):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Callable
 
 import dspy
 from dspy.primitives.code_interpreter import CodeInterpreter
 from dspy.primitives.local_interpreter import LocalInterpreter
 
+from .failures import one_line
 from .gate import Progress, ToolGate
 from .mcp_client import ServerConnection
 from .models import InvestigatorOptions, RoundReport
@@ -25,16 +25,6 @@ LOCAL_INTERPRETER_WARNING = ("WARNING: --allow-local-interpreter: dspy.RLM runs 
 
 class SandboxUnavailable(Exception):
     """The RLM loop has no code interpreter it may use."""
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one short line for the scratchpad and the report, with the value of any key or
-    token variable in this environment blanked out (provider errors may quote what they were sent)."""
-    text = " ".join(str(exc).split())
-    for name, value in os.environ.items():
-        if name.endswith(("_KEY", "_TOKEN")) and len(value) >= 8:
-            text = text.replace(value, "***")
-    return f"{type(exc).__name__}: {text[:300]}"
 
 
 def interpreter_factory(options: InvestigatorOptions, timeout_s: float | None = None) -> Callable[[], CodeInterpreter]:
