@@ -23,6 +23,7 @@ from oracle.legality import LegalAxes, validate
 from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
 from planner.explain import Explanation
 from planner.explain import explain as explain_path
+from planner.runs import final_pick
 
 from .session import Session
 
@@ -119,14 +120,14 @@ def tools(session: Session) -> list[Callable]:
                           derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
 
     def explain(from_config: Config, to_config: Annotated[TrialConfig | None, knobs, Field(
-            description="the winner: " + CONFIG_TEXT.split(";")[0] + "; absent = the run's best trial")] = None
+            description="the winner: " + CONFIG_TEXT.split(";")[0] + "; absent = the run's pick")] = None
                 ) -> Explanation:
-        """Why `to_config` (default: the run's best) beats `from_config` (default: the workload's layout): the
+        """Why `to_config` (default: the run's robust pick) beats `from_config` (default: the workload's layout): the
         path of single-knob changes between them, each re-projected with its tokens/s/GPU and memory delta,
         and the term-by-term difference of their time and memory breakdowns (free, not recorded)."""
         a = session.active
         if to_config is None:
-            best = session.ledger.best(a.run.id)
+            best, _ = final_pick(session.ledger, a.run.id, a.workload, a.cluster)
             if best is None:
                 raise ToolError("the run has no legal trial that fits yet: pass to_config")
             to_config = EffectiveConfig(**{k: v for k, v in best.config.items() if k != "key"}).as_trial()

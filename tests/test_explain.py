@@ -97,3 +97,15 @@ def test_mcp_explain_over_stdio_returns_the_same_structured_data(mixtral, tmp_pa
     assert got.structured_content["steps"] == json.loads(x.model_dump_json())["steps"]
     assert got.structured_content["time_terms_ms"] == json.loads(x.model_dump_json())["time_terms_ms"]
     assert empty.is_error and "no legal trial" in empty.content[0].text
+
+
+def test_explain_of_a_run_goes_to_its_pick(tmp_path):
+    base = ["--workload", str(WORKLOAD), "--target-cluster", str(CLUSTER)]
+    subprocess.run([PARATUNE, "tune", *base, "--out-dir", str(tmp_path), "--seed-only"], capture_output=True,
+                   text=True, timeout=300, check=True)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    out = subprocess.run([PARATUNE, "explain", *base, "--out-dir", str(tmp_path), "--json"], capture_output=True,
+                         text=True, timeout=120, check=True)
+    x = json.loads(out.stdout)
+    assert x["winner"]["config_key"] == summary["winner"]["config_key"] == summary["attribution"]["winner"]["config_key"]
+    assert x["steps"] == summary["attribution"]["steps"]

@@ -7,9 +7,10 @@ import argparse
 from oracle.constraints import pinned
 from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
-from oracle.specs import EffectiveConfig, TrialConfig
+from oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
 
 from ..explain import explain, short_text
+from ..runs import final_pick
 from .run_dir import add_run_arguments, open_run_ledger
 from .search_args import add_search_arguments, with_search_args
 from .trial_args import trial_from_args
@@ -22,18 +23,19 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--from", dest="from_config", metavar="CONFIG",
                    help="baseline layout (the forms --config takes); default: the workload's own layout")
     p.add_argument("--to", dest="to_config", metavar="CONFIG",
-                   help="winner layout (the forms --config takes); default: the best trial of --out-dir's run")
+                   help="winner layout (the forms --config takes); default: the pick of --out-dir's run (robust, "
+                        "as `tune` picks)")
     add_run_arguments(p, required=False)
     p.add_argument("--json", action="store_true", help="print the Explanation as one JSON object")
     add_search_arguments(p)
     p.set_defaults(handler=_run)
 
 
-def best_of_run(out_dir: str, run: int | None) -> TrialConfig:
-    """The knobs of the best trial of a tune run's ledger (its latest run by default)."""
+def pick_of_run(out_dir: str, run: int | None, workload: Workload, cluster: ClusterSpec) -> TrialConfig:
+    """The knobs of the trial a tune run's ledger picks (robust, as `tune` does; its latest run by default)."""
     ledger, run_id = open_run_ledger(out_dir, run)
     with ledger:
-        best = ledger.best(run_id)
+        best, _ = final_pick(ledger, run_id, workload, cluster)
     if best is None:
         raise InputError(f"run {run_id} has no legal trial that fits", file=str(ledger.path), key="--run")
     config = {k: v for k, v in best.config.items() if k != "key"}
@@ -47,7 +49,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.to_config:
         winner = trial_from_args(args.to_config, None, workload)
     elif args.out_dir:
-        winner = best_of_run(args.out_dir, args.run)
+        winner = pick_of_run(args.out_dir, args.run, workload, cluster)
     else:
         raise InputError("name the winner: --to CONFIG, or --out-dir of a tune run", key="--to")
     x = explain(workload, cluster, baseline, winner)
