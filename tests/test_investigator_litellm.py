@@ -44,7 +44,8 @@ def chat_text(fields: dict[str, Any]) -> str:
 
 @contextmanager
 def loopback(script: list[dict[str, Any] | int]) -> Iterator[list[dict[str, Any]]]:
-    """/v1/chat/completions on 127.0.0.1 answering `script` in order (an int is an HTTP error status);
+    """/v1/chat/completions on 127.0.0.1 answering `script` in order (an int is an HTTP error status; an
+    answer's `_finish` key its finish_reason, default stop);
     sets OPENAI_API_BASE to it; yields the requests it received."""
     requests: list[dict[str, Any]] = []
     answers = iter(script)
@@ -54,13 +55,14 @@ def loopback(script: list[dict[str, Any] | int]) -> Iterator[list[dict[str, Any]
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
             answer = next(answers)
+            finish = answer.pop("_finish", "stop") if isinstance(answer, dict) else "stop"
             if isinstance(answer, int):
                 status, data = answer, {"error": {"message": "scripted failure", "type": "server_error"}}
             else:
                 status, data = 200, {
                     "id": f"chatcmpl-{len(requests)}", "object": "chat.completion", "created": 0,
                     "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
+                    "choices": [{"index": 0, "finish_reason": finish,
                                  "message": {"role": "assistant", "content": chat_text(answer)}}],
                     "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
             raw = json.dumps(data).encode()
@@ -175,3 +177,14 @@ def test_a_provider_error_fails_that_round_and_the_next_goes_on(tmp_path, clean_
     assert "InternalServerError" in report.rounds[0].error and any(n.startswith("round 1 failed") for n in notes)
     assert report.rounds[1].simulate_calls == 1 and report.llm_calls == 4 and report.failed_calls == 1
     assert sorted(c.outcome for c in calls) == ["ok"] * 4 + ["server_error"]  # the failed call is recorded too
+
+
+def test_an_answer_cut_at_max_tokens_is_recorded_as_truncated(tmp_path, clean_llm_env):
+    clean_llm_env.setenv("LLM_MODEL", "openai/loopback-model")
+    script = [{**plan_answer(FITS[:1]), "_finish": "length"}, step("finish"), summary("nothing new", "done")]
+    with loopback(script), served(tmp_path, rounds=1) as (server, ledger, run_id):
+        lm = build_lm(resolve_llm(None), LLMBounds(call_timeout_s=30, max_tokens=512, retries=0, phase_timeout_s=600))
+        report = investigate_with(server, ledger, run_id, lm, calls_per_round=2)
+        outcomes = [c.outcome for c in ledger.llm_calls(run_id)]
+    assert outcomes == ["truncated", "ok", "ok"] and report.truncated_calls == 1
+    assert "1 cut at max_tokens: raise --llm-max-tokens" in report.headline

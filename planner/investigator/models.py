@@ -91,6 +91,7 @@ class InvestigationReport(BaseModel):
     stop_reason: str
     llm_calls: int = Field(description="LLM calls answered")
     failed_calls: int = Field(default=0, description="LLM calls that failed or timed out (in llm_calls too)")
+    truncated_calls: int = Field(default=0, description="answers cut at max_tokens (llm_calls outcome truncated)")
     start_best: float | None
     best_tokens_per_s_per_gpu: float | None
 
@@ -105,8 +106,9 @@ class InvestigationReport(BaseModel):
         ok = sum(r.status == "ok" for r in self.rounds)
         plan = "plan failed" if self.plan.error else f"plan: {len(self.plan.candidates)} candidate(s)"
         return (f"{plan}; {ok} round(s) ok, {len(self.rounds) - ok} failed; {self.llm_trials} LLM trial(s) "
-                f"simulated; {self.llm_calls} LLM call(s) answered, {self.failed_calls} failed; stopped: "
-                f"{self.stop_reason}")
+                f"simulated; {self.llm_calls} LLM call(s) answered"
+                + (f" ({self.truncated_calls} cut at max_tokens: raise --llm-max-tokens)" if self.truncated_calls else "")
+                + f", {self.failed_calls} failed; stopped: {self.stop_reason}")
 
     @property
     def hypotheses(self) -> list[str]:

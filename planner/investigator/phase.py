@@ -58,7 +58,7 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
         interpreter_factory(options)  # a missing sandbox is a setup error: say so before any LLM call
         if options.allow_local_interpreter:
             note(LOCAL_INTERPRETER_WARNING)
-    llm_calls = failed_calls = 0
+    llm_calls = failed_calls = cut = 0
     run = describe_run(server)
     has_gpu = server.call("get_cluster")["cluster"]["has_gpu"]
     tool_names = AGENT_TOOLS + (["evaluate_with_benchmark"] if has_gpu else []) + [SUB_LM_TOOL]
@@ -73,8 +73,8 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
             try:
                 report = _plan_step(server, progress, run, note)
             finally:
-                answered, failed = drain_usage(lm, sink)
-                llm_calls, failed_calls = llm_calls + answered, failed_calls + failed
+                answered, failed, truncated = drain_usage(lm, sink)
+                llm_calls, failed_calls, cut = llm_calls + answered, failed_calls + failed, cut + truncated
             halted = getattr(lm, "stop_reason", None)
         hypothesis = report.hypothesis or "find cross-axis layouts that beat the incumbent"
         for number in range(1, total + 1):
@@ -86,8 +86,8 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
             try:
                 done = run_round(server, progress, options, lm, tool_names, number, inputs)
             finally:
-                answered, failed = drain_usage(lm, sink)
-                llm_calls, failed_calls = llm_calls + answered, failed_calls + failed
+                answered, failed, truncated = drain_usage(lm, sink)
+                llm_calls, failed_calls, cut = llm_calls + answered, failed_calls + failed, cut + truncated
             halted = getattr(lm, "stop_reason", None)
             rounds.append(done)
             _scratch(server, round_note(done), f"llm:round{number}", note)
@@ -96,7 +96,7 @@ def investigate(server: ServerConnection, lm: dspy.BaseLM, options: Investigator
             hypothesis = done.next_hypothesis or hypothesis
     stop = halted or progress.stop_reason or f"{total} round(s) done"
     return InvestigationReport(model=model, agent_loop=options.agent_loop, plan=report, rounds=rounds,
-                               stop_reason=stop, llm_calls=llm_calls, failed_calls=failed_calls,
+                               stop_reason=stop, llm_calls=llm_calls, failed_calls=failed_calls, truncated_calls=cut,
                                start_best=start_best, best_tokens_per_s_per_gpu=progress.best)
 
 
