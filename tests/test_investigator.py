@@ -4,6 +4,7 @@ local interpreter, RLM refused without a sandbox, and no oracle import."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -182,3 +183,15 @@ def test_the_client_reaches_a_server_by_url_with_a_bearer_token(tmp_path):
         notes = [n.text for n in ledger.notes(run_id)]
     assert len(server.tools) == 19 and report.plan.candidates[0].status == "rejected"
     assert notes[0].startswith("plan: ") and report.llm_calls == 1
+
+
+def test_a_json_encoded_candidate_is_decoded_and_junk_beside_it_is_rejected_alone(tmp_path):
+    junk = "use tp 8 please " * 40  # a long sentence where an object belongs
+    answers = [plan_answer([json.dumps(FITS[0]), junk, FITS[1]]), step("finish"), summary("ok", "done")]
+    with served(tmp_path, rounds=1) as (server, ledger, run_id):
+        report = investigate_with(server, ledger, run_id, DummyLM(answers), calls_per_round=2)
+        notes = [n.text for n in ledger.notes(run_id)]
+    statuses = [c.status for c in report.plan.candidates]
+    assert statuses == ["simulated", "rejected", "simulated"]
+    assert report.plan.candidates[0].config == FITS[0]  # decoded from its JSON string
+    assert len(str(report.plan.candidates[1].config)) < 100 and len(notes[0]) < 1000  # junk kept cut, not verbatim

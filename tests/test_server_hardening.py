@@ -126,3 +126,12 @@ def test_a_megabyte_value_comes_back_cut(tmp_path):
         prompt = portal.call(client.call_tool, "query_llm", {"prompt": big})
         assert prompt.is_error and len(prompt.content[0].text) <= 1000
         assert len(session.ledger.trials(session.active.run.id)) == trials
+
+
+def test_a_json_encoded_config_is_read_as_the_object_it_encodes(tmp_path):
+    with in_process(tmp_path) as (server, _), portal_client(server) as (portal, client):
+        as_object = portal.call(client.call_tool, "evaluate_memory_only", {"config": {"mbs": 2}}).structured_content
+        as_string = portal.call(client.call_tool, "evaluate_memory_only", {"config": '{"mbs": 2}'})
+        assert not as_string.is_error and as_string.structured_content["trial_id"] == as_object["trial_id"]
+        broken = portal.call(client.call_tool, "evaluate_memory_only", {"config": '{"mbs": 2'})
+        assert broken.is_error and "JSON object" in broken.content[0].text and len(broken.content[0].text) < 1000
