@@ -33,6 +33,7 @@ from oracle.constraints import (
     search_rules,
 )
 from oracle.identity_cache import by_identity
+from oracle.layout import microbatch_count, replicas
 from oracle.legality import validate
 from oracle.performance.bound import KnobVariants
 from oracle.pipeline_split import PipelineSplit, candidate_splits
@@ -177,17 +178,17 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
             splits = {v: candidate_splits(layers, mtp, pp, v) for v in axes.vpp if v == 1 or pp > 1}
             vpps = [v for v, options in splits.items() if options]
             for cp in axes.cp:
-                if world % (tp * pp * cp):
+                dp = replicas(world, tp * pp * cp)
+                if not dp:
                     continue
-                dp = world // (tp * pp * cp)
                 for ep in axes.ep:
                     for etp in sorted({tp, 1} & set(axes.etp)) if model.is_moe else [tp]:
-                        if world % (etp * ep * pp):
+                        if not replicas(world, etp * ep * pp):
                             continue
                         for mbs in axes.mbs:
-                            if gbs % (mbs * dp):
+                            n = microbatch_count(gbs, mbs, dp)
+                            if not n:
                                 continue
-                            n = gbs // (mbs * dp)
                             for vpp in vpps:
                                 schedules = [x for x in _schedules(pp, vpp, n) if x in axes.pp_schedule]
                                 for schedule, split in product(schedules, splits[vpp]):

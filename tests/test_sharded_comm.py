@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from oracle.catalog import gpu, model_card
+from oracle.layout import layout_facts
 from oracle.performance.arch import arch_of
 from oracle.performance.calibration import constants
 from oracle.performance.layers import transformer_layer
@@ -36,8 +37,8 @@ def test_megatron_fsdp_gathers_dense_over_dp_and_experts_over_expert_dp_term_by_
                             data_parallel_sharding_strategy="optim_grads_params", moe_token_dispatcher_type="alltoall")
     cfg = Workload(name="dsv3", model=model, training=training).effective()
     c = constants(H100)
-    ctx = _ctx(arch_of(model), cfg, _cluster(32), c, 32, 4)
-    assert (ctx.fsdp, ctx.fsdp_expert) == (32, 4)
+    ctx = _ctx(arch_of(model), cfg, _cluster(32), c, layout_facts(model, cfg, 256))
+    assert (ctx.fsdp, ctx.fsdp_expert) == (32, 4)  # by hand: DP 256 / (PP 8), expert-DP 256 / (EP 8 x PP 8)
     dense, expert = layer_params(arch_of(model), 1, 8, 1, True)
     # 256 experts / EP 8 = 32 local experts of 3 (SwiGLU gate, up, down) h x 2048 matrices, whole (ETP 1)
     assert expert == 32 * 3 * 7168 * 2048

@@ -33,7 +33,7 @@ def project_layer(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, 
     their ratio then scales the windowed or chunked projection like for like."""
     a = arch_of(model.model_copy(update={"window_size": None, "attention_chunk_size": None}))
     facts = layout_facts(model, cfg, cluster.world_size)
-    ctx = _ctx(a, cfg, cluster, constants(cluster.gpu), facts.dp_or_1, facts.edp_or_1)
+    ctx = _ctx(a, cfg, cluster, constants(cluster.gpu), facts)
     work = transformer_layer(ctx, moe, layer_params(a, ctx.tp, ctx.ep, ctx.etp, moe))
     acts = layer_acts(geometry(model), cfg.tp, facts.sp, cfg.use_flash_attn, (), cfg.seq_length, cfg.etp,
                       cfg.fp8 is not None)

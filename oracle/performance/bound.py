@@ -73,7 +73,7 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     pl = _Pipeline.of(facts, cfg)
     if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
         cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "use_megatron_fsdp": False})
-    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp, pl.edp)
+    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), facts)
     blocks = _fastest_blocks(model, ctx, pl.p > 1, variants) if any_knobs else _layout_blocks(model, ctx, pl.p > 1)
     chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, facts.split, False, None)
     f, b, w = _stage_times(chunks, blocks, ())

@@ -72,12 +72,14 @@ def shards_weights(cfg: EffectiveConfig) -> bool:
     return cfg.use_torch_fsdp2 or (cfg.use_megatron_fsdp and cfg.data_parallel_sharding_strategy == "optim_grads_params")
 
 
-def _ctx(a: Arch, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, dp: int, edp: int) -> Ctx:
-    """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute)."""
+def _ctx(a: Arch, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, facts: LayoutFacts) -> Ctx:
+    """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute); DP, expert-DP
+    and SP come from the layout facts, derived once (`oracle/layout.py`)."""
     sharded = shards_weights(cfg)
+    dp, edp = facts.dp_or_1, facts.edp_or_1
     return Ctx(
         arch=a, mbs=cfg.mbs, seq=cfg.seq_length, tp=cfg.tp, cp=cfg.cp, ep=cfg.ep if a.experts else 1,
-        etp=cfg.etp if a.experts else 1, sp=cfg.sequence_parallel and cfg.tp > 1, fp8=cfg.fp8 is not None,
+        etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
         deepep=cfg.use_turbo_deepep or cfg.moe_token_dispatcher_type == "flex",
         allgather=cfg.moe_token_dispatcher_type == "allgather" and not cfg.use_turbo_deepep,
@@ -263,7 +265,7 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
     world = cluster.world_size
     facts = layout_facts(model, cfg, world)
     pl = _Pipeline.of(facts, cfg)
-    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), pl.dp, pl.edp)
+    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), facts)
     full = cfg.recompute_granularity == "full"
     block = cfg.recompute_num_layers if full and cfg.recompute_method == "block" else None
     chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, facts.split, full, block)
