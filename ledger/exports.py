@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from oracle.specs import EffectiveConfig, Workload
+from oracle.specs import Workload
 
 from .models import Measurement, TrialRecord
 
@@ -51,7 +51,7 @@ def write_summary(path: Path, summary: dict[str, Any]) -> None:
 
 def overlay(workload: Workload, trial: TrialRecord) -> str:
     """A self-contained native workload YAML reproducing one trial (`paratune project ... --workload`)."""
-    knobs = EffectiveConfig(**trial.config).as_trial()
+    knobs = trial.knobs
     training = workload.training.model_copy(update=knobs.overrides())
     body = {**workload.model.model_dump(exclude_none=True), **training.model_dump(mode="json", exclude_none=True)}
     tps = trial.tokens_per_s_per_gpu

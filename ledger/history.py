@@ -23,7 +23,7 @@ def trial_line(trial: TrialRecord, base: dict[str, Any], measured: float | None 
     then the calibrated projection and the measured figure when the run has them. `base` is the
     baseline's knobs (`EffectiveConfig.as_trial`); the knob=value words are `--set` arguments that
     give the trial's layout back (knobs the layout leaves unset follow from the others)."""
-    knobs = EffectiveConfig(**{k: v for k, v in trial.config.items() if k != "key"}).as_trial().__dict__
+    knobs = trial.knobs.__dict__
     changed = [f"{k}={_show(v)}" for k, v in knobs.items() if v != base[k] and v is not None]
     head = f"#{trial.id} {trial.fidelity} {trial.origin}: {' '.join(changed) or 'baseline'}"
     if not trial.legal:

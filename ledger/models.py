@@ -6,7 +6,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from oracle.specs import Budget, EvalResult
+from oracle.specs import Budget, EffectiveConfig, EvalResult, TrialConfig
 
 Fidelity = Literal["dry", "memory_only", "simulate", "benchmark"]
 FIDELITIES: tuple[Fidelity, ...] = get_args(Fidelity)  # cheapest first; a higher one is a new trial
@@ -82,6 +82,11 @@ class TrialRecord(_Row):
     origin: str
     created: str
     calibrated: Calibrated | None = None
+
+    @property
+    def knobs(self) -> TrialConfig:
+        """The trial's layout as the knobs that give it back (`--config`, the MCP tools, explain)."""
+        return EffectiveConfig(**self.config).as_trial()
 
 
 class Note(_Row):

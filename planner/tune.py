@@ -20,7 +20,7 @@ from ledger.store import Ledger
 from oracle.benchmark.gate import BenchmarkUnavailable, benchmark_device
 from oracle.errors import InputError
 from oracle.evaluate import evaluate_simulate
-from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
+from oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
 
 from .explain import Explanation, explain
 from .investigator.llm_config import (
@@ -209,7 +209,7 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
         best, chosen = final_pick(ledger, run.id, workload, cluster, options.pick)
         trials = ledger.trials(run.id)
         ledger.set_status(run.id, "finished")
-        attribution = explain(workload, cluster, TrialConfig(), EffectiveConfig(**best.config).as_trial()) if best else None
+        attribution = explain(workload, cluster, TrialConfig(), best.knobs) if best else None
         timings["total_s"] = time.perf_counter() - start
         last = earlier[-1] if earlier and swept is None else None
         sweep_best = (swept.top[0].tokens_per_s_per_gpu if swept and swept.top else

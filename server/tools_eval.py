@@ -130,7 +130,7 @@ def tools(session: Session) -> list[Callable]:
             best, _ = final_pick(session.ledger, a.run.id, a.workload, a.cluster)
             if best is None:
                 raise ToolError("the run has no legal trial that fits yet: pass to_config")
-            to_config = EffectiveConfig(**{k: v for k, v in best.config.items() if k != "key"}).as_trial()
+            to_config = best.knobs
         return explain_path(a.workload, a.cluster, from_config, to_config)
 
     async def get_legal_axes() -> LegalAxes:

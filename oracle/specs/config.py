@@ -31,7 +31,7 @@ from .training import (
     StateDtype,
     TrainingArgs,
 )
-from .trusted import trusted
+from .trusted import drop_cached, trusted
 
 # TrialConfig knob -> the Megatron/Primus training argument it overrides.
 KNOB_TO_ARG: dict[str, str] = {
@@ -193,9 +193,7 @@ class EffectiveConfig(BaseModel):
 
     def model_copy(self, *, update: dict | None = None, deep: bool = False) -> "EffectiveConfig":
         """A copy with `update` applied; the cached key is dropped, since the fields may change."""
-        copy = super().model_copy(update=update, deep=deep)
-        copy.__dict__.pop("key", None)
-        return copy
+        return drop_cached(super().model_copy(update=update, deep=deep))
 
     @cached_property
     def key(self) -> str:

@@ -15,6 +15,8 @@ from pydantic import (
     model_validator,
 )
 
+from .trusted import drop_cached
+
 
 def parse_layer_pattern(value: str, num_layers: int) -> list[int]:
     """Expand Megatron's `moe_layer_freq` list expression, e.g. "([0]*3+[1]*58)", without eval."""
@@ -111,10 +113,7 @@ class ModelArch(BaseModel):
 
     def model_copy(self, *, update: dict | None = None, deep: bool = False) -> "ModelArch":
         """A copy with `update` applied; the cached per-layer patterns are dropped, since the fields may change."""
-        copy = super().model_copy(update=update, deep=deep)
-        for name in ("moe_layer_pattern", "attention_spans", "rope_layers"):
-            copy.__dict__.pop(name, None)
-        return copy
+        return drop_cached(super().model_copy(update=update, deep=deep))
 
     # ---- resolved defaults (Megatron's) -------------------------------------------------------
     @property

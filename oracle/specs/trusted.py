@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -30,4 +31,13 @@ def trusted(cls: type[M], values: dict[str, Any]) -> M:
     _set_fields_set(model, fields_set)
     _set_extra(model, None)
     _set_private(model, None)
+    return model
+
+
+def drop_cached(model: M) -> M:
+    """`model` without the values its `cached_property`s stored in its `__dict__`: a copy whose fields may
+    differ must derive them again (pydantic's `model_copy` copies the whole `__dict__`)."""
+    for name, attr in vars(type(model)).items():
+        if isinstance(attr, cached_property):
+            model.__dict__.pop(name, None)
     return model

@@ -7,7 +7,7 @@ import argparse
 from oracle.constraints import pinned
 from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
-from oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
+from oracle.specs import ClusterSpec, TrialConfig, Workload
 
 from ..explain import explain, short_text
 from ..runs import final_pick
@@ -38,8 +38,7 @@ def pick_of_run(out_dir: str, run: int | None, workload: Workload, cluster: Clus
         best, _ = final_pick(ledger, run_id, workload, cluster)
     if best is None:
         raise InputError(f"run {run_id} has no legal trial that fits", file=str(ledger.path), key="--run")
-    config = {k: v for k, v in best.config.items() if k != "key"}
-    return EffectiveConfig(**config).as_trial()
+    return best.knobs
 
 
 def _run(args: argparse.Namespace) -> int:
