@@ -3,7 +3,7 @@
 The field names are the `transformers` config classes' (LlamaConfig, MistralConfig, MixtralConfig,
 Qwen2Config, Qwen3Config, Qwen3MoeConfig, DeepseekV2Config / DeepseekV3Config, GptOssConfig,
 Llama4TextConfig, NemotronConfig, and Kimi-K2's DeepSeek-V3 layout); each maps to the Megatron argument
-Megatron-Bridge's converters fill from it (`src/megatron/bridge/models/*/*_bridge.py`). What the oracle
+Megatron-Bridge's converters fill from it (`src/megatron/bridge/models/*/*_bridge.py` at 067f987). What the oracle
 cannot express is refused with the field that asks for it, never guessed: layer types other than full,
 sliding-window and chunked attention, hybrid (Mamba) models, model types it does not know.
 """

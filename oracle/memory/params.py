@@ -5,7 +5,7 @@ sharding of the optimizer state is applied later (`estimate.py`). Dense paramete
 MLP, router, shared experts, norms, embeddings) are sharded over TP only; CP does not shard parameters.
 Expert parameters are sharded over EP (whole experts) and ETP (each expert's FFN dimension).
 The layer formulas match Megatron-LM's `compute_weight_and_optimizer_memory` term by term (MLA
-included) and add what it leaves out: biases (QKV, output, MLP, experts, router: megatron-core
+included) and add what it leaves out: biases (QKV, output, MLP, experts, router: megatron-core 0.16.1
 `router.py` builds a bias under add_bias_linear), Q/K norms and learnable softmax offsets
 (`dot_product_attention.py` `softmax_offset`, one per head, sharded over TP).
 """

@@ -58,7 +58,7 @@ class ModelArch(BaseModel):
     hidden_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
     qk_layernorm: bool = False  # a learned norm over each head's query and key (Qwen3)
     qk_l2_norm: bool = False  # Llama 4's weightless L2 norm of query and key
-    # Attention pattern (megatron-core transformer_config.py): sliding window (left, right) on the layers
+    # Attention pattern (megatron-core 0.16.1 transformer_config.py): sliding window (left, right) on the layers
     # `window_attn_skip_freq` marks (int N: every Nth layer is full; list: 1 = windowed; None: all);
     # learnable softmax offsets (attention sinks, GPT-OSS)
     softmax_type: Literal["vanilla", "off-by-one", "learnable"] = "vanilla"
@@ -66,7 +66,7 @@ class ModelArch(BaseModel):
     window_attn_skip_freq: PositiveInt | list[int] | None = None
     no_rope_freq: PositiveInt | list[int] | None = None  # int N: every Nth layer skips RoPE; list: 1 = skips
     # Llama 4's chunked attention on the layers that apply RoPE (HF Llama4TextAttention; Megatron-Bridge
-    # `llama4_utils.py` Llama4SelfAttention); not a Megatron-LM argument
+    # `llama4_utils.py` Llama4SelfAttention at 067f987); not a Megatron-LM argument
     attention_chunk_size: PositiveInt | None = None
     # MoE
     num_experts: PositiveInt | None = None
@@ -183,7 +183,7 @@ class ModelArch(BaseModel):
     @cached_property
     def attention_spans(self) -> tuple[int, ...]:
         """Per layer, the keys a query sees before it: 0 = all (full causal), w = a sliding window of w keys
-        (megatron-core utils.py `is_layer_window_attention`, layer numbers from 1), -C = chunks of C tokens."""
+        (megatron-core 0.16.1 transformer/utils.py `is_layer_window_attention`, layer numbers from 1), -C = chunks of C tokens."""
         n = self.num_layers
         out = [0] * n
         if self.window_size is not None and self.window_size[0] >= 0:
