@@ -1,10 +1,13 @@
 """The layout facts of one configuration, derived once (torchtitan's `ParallelDims` idea): data-parallel
-sizes, micro-batches, sequence parallelism, tokens per rank and the per-stage layer assignment.
+sizes, micro-batches, sequence parallelism, tokens per rank, the per-stage layer assignment (where
+uneven pipeline splits live) and the recompute plan.
 
 Legality, memory, time and benchmark mode read `layout_facts(model, cfg, world)`; none of them
 derives these again. Sizes follow megatron-core 0.16.1 `parallel_state.initialize_model_parallel`
 (dense grid TP·CP·DP·PP, expert grid ETP·EP·expert-DP·PP) and `num_microbatches_calculator.py`
-(GBS / (MBS·DP)); the stages follow `oracle.pipeline_split`.
+(GBS / (MBS·DP)); the stages follow `oracle.pipeline_split`; the recompute plan follows
+megatron-core 0.16.1 `transformer_block.py` `_checkpointed_forward` (uniform: every layer, in groups of
+recompute_num_layers; block: the first recompute_num_layers layers of each chunk; default 1 layer).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import NamedTuple
 
 from .pipeline_split import PipelineSplit, SplitError, Stage, split_outcome
 from .specs import EffectiveConfig, ModelArch
+
+MEGATRON_RECOMPUTE_NUM_LAYERS = 1  # --recompute-num-layers default (megatron/training/arguments.py)
 
 
 def replicas(world: int, group: int) -> int:
@@ -26,6 +31,36 @@ def microbatch_count(gbs: int, mbs: int, dp: int) -> int:
     return gbs // (mbs * dp) if dp and gbs % (mbs * dp) == 0 else 0
 
 
+class StageLayers(NamedTuple):
+    """One virtual pipeline stage (a model chunk): its dense and MoE decoder layers, where they start in
+    the model, and whether it holds the embedding, the output layer and loss, the MTP block."""
+
+    dense: int
+    moe: int
+    start: int  # index of its first decoder layer in the model
+    has_embedding: bool
+    has_output: bool
+    has_mtp: bool
+
+    @property
+    def layers(self) -> int:
+        return self.dense + self.moe
+
+
+class RecomputePlan(NamedTuple):
+    """Activation recomputation of a layout: full (`method`, `layers`) or selective (`modules`)."""
+
+    full: bool
+    method: str | None  # "uniform" or "block" under full recompute
+    layers: int  # recompute_num_layers resolved (Megatron's default 1); 0 without full recompute
+    modules: tuple[str, ...]  # selective-recompute modules
+
+    @property
+    def block(self) -> int | None:
+        """Layers recomputed at the start of each chunk under method "block"; None: every layer."""
+        return self.layers if self.full and self.method == "block" else None
+
+
 class LayoutFacts(NamedTuple):
     """What a layout is, in numbers every part of the oracle reads (0 = does not divide); a named
     tuple because one is built for every new layout of a search."""
@@ -35,12 +70,14 @@ class LayoutFacts(NamedTuple):
     edp: int  # world / (ETP·EP·PP), the expert-data-parallel size
     microbatches: int  # GBS / (MBS·DP) per pipeline per iteration
     microbatches_or_1: int  # for formulas that need a count even on an illegal layout: GBS // (MBS·max(DP, 1)), >= 1
-    sp: bool  # sequence parallelism in effect (SP asked and TP > 1)
-    vpp: int  # virtual stages per pipeline rank
+    sp: bool  # sequence parallelism in effect (`resolve` keeps it only with TP > 1)
+    vpp: int  # model chunks per pipeline rank (ZB-V: 2)
     tokens: float  # tokens of one micro-batch on one rank (MBS·seq / CP)
     split: PipelineSplit
     stages: tuple[Stage, ...]  # virtual stages in model order (`stages_or_spread`: an even spread when refused)
     split_error: SplitError | None  # why Megatron refuses the split, if it does
+    chunks: tuple[StageLayers, ...]  # the layers of each virtual stage, in model order
+    recompute: RecomputePlan
 
     @property
     def dp_or_1(self) -> int:
@@ -59,9 +96,29 @@ def _split_of(layout: str | None, first: int | None, last: int | None, embedding
     return PipelineSplit(layout, first, last, embedding, loss)
 
 
+@lru_cache(maxsize=4096)
+def _stage_layers(pattern: tuple[int, ...], stages: tuple[Stage, ...]) -> tuple[StageLayers, ...]:
+    """Each stage's dense and MoE layers, from the model's layer kinds (`pattern`, 1 = MoE)."""
+    out, start = [], 0
+    for st in stages:
+        moe = sum(pattern[start:start + st.decoders])
+        out.append(StageLayers(st.decoders - moe, moe, start, st.embedding, st.loss, st.mtp > 0))
+        start += st.decoders
+    return tuple(out)
+
+
+@lru_cache(maxsize=1024)
+def _recompute_plan(granularity: str | None, method: str | None, layers: int | None,
+                    modules: tuple[str, ...] | None) -> RecomputePlan:
+    full = granularity == "full"
+    n = (MEGATRON_RECOMPUTE_NUM_LAYERS if layers is None else layers) if full else 0
+    return RecomputePlan(full, method if full else None, n, tuple(modules or ()) if granularity == "selective" else ())
+
+
 def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
     c = cfg.__dict__
-    tp, pp, cp, vpp = c["tp"], c["pp"], c["cp"], c["vpp"]
+    tp, pp, cp = c["tp"], c["pp"], c["cp"]
+    vpp = 2 if c["pp_schedule"] == "zbv" else c["vpp"]  # ZB-V runs two chunks per rank (its "V")
     dp = replicas(world, tp * pp * cp)
     split = _split_of(c["pp_layout"], c["pp_first_layers"], c["pp_last_layers"], c["pp_embedding_in_split"],
                       c["pp_loss_in_split"])
@@ -69,8 +126,10 @@ def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
     gbs, mbs = c["gbs"], c["mbs"]
     return LayoutFacts(  # positional, in field order: built for every new layout
         world, dp, replicas(world, c["etp"] * c["ep"] * pp), microbatch_count(gbs, mbs, dp),
-        max(1, gbs // (mbs * (dp or 1))), c["sequence_parallel"] and tp > 1, max(1, len(stages) // pp),
-        mbs * c["seq_length"] / cp, split, stages, error)
+        max(1, gbs // (mbs * (dp or 1))), c["sequence_parallel"], max(1, len(stages) // pp),
+        mbs * c["seq_length"] / cp, split, stages, error, _stage_layers(model.moe_layer_pattern, stages),
+        _recompute_plan(c["recompute_granularity"], c["recompute_method"], c["recompute_num_layers"],
+                        c["recompute_modules"]))
 
 
 _CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -23,9 +24,10 @@ from .identity_cache import by_identity
 from .layout import LayoutFacts, layout_facts
 from .pipeline_split import candidate_splits
 from .specs import ClusterSpec, EffectiveConfig, ModelArch, Violation
+from .specs.training import PipelineSchedule
 from .specs.trusted import trusted
 
-SCHEDULES = ("1f1b", "interleaved", "zb", "zbv")
+SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)  # the schedules TrainingArgs accepts
 MAX_SYNC_FREE_STAGE = 3
 # EP group sizes Primus-Turbo's DeepEP has dispatch/combine configs for (primus_turbo deep_ep/buffer.py @a6a16cd).
 TURBO_DEEPEP_RANKS = frozenset({2, 4, 8, 16, 24, 32, 64, 128, 144, 160})

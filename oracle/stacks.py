@@ -106,7 +106,7 @@ KNOBS: tuple[Knob, ...] = (
     Knob("overlap_grad_reduce", "--overlap-grad-reduce", "overlap_grad_reduce", "comm_overlap.overlap_grad_reduce",
          "grad buckets reduced during the last backward (megatron-core DDP)", "none modelled", off=False),
     Knob("cross_entropy_loss_fusion", "--cross-entropy-loss-fusion", "cross_entropy_loss_fusion",
-         "model.cross_entropy_loss_fusion", "fused loss traffic (oracle.performance.layers.LOSS_BYTES)",
+         "model.cross_entropy_loss_fusion", "fused loss traffic (oracle.performance.constants.LOSS_BYTES)",
          "no fp32 logits copy", off=False),
     Knob("grad_reduce_in_fp32", "--grad-reduce-in-bf16", "grad_reduce_in_bf16", "mixed_precision.grad_reduce_in_fp32",
          "gradient bytes reduced over DP (4 or 2)", "gradient buffer bytes (4 or 2)"),

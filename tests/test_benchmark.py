@@ -76,7 +76,7 @@ def test_per_rank_shapes_follow_the_sharding():
     deepseek, _ = example("deepseek")
     assert layer_kinds(deepseek.model) == (False, True) and layer_kinds(mixtral.model) == (True,)
     d = layer_shape(deepseek.model, deepseek.effective(), True)
-    assert d.mla and (d.heads, d.q_lora, d.kv_lora, d.qk_dim, d.rope_dim, d.v_dim) == (64, 1536, 512, 128, 64, 128)
+    assert d.mla and (d.heads, d.q_lora_rank, d.kv_lora_rank, d.qk_head_dim, d.qk_pos_dim, d.v_head_dim) == (64, 1536, 512, 128, 64, 128)
     assert d.local_experts == 256 // 32 and d.ffn == 2048 // 2  # shared expert over TP2
 
 
@@ -90,7 +90,7 @@ def test_tiny_rule_keeps_the_parallel_sizes_and_every_division(name, knobs):
                                                                               cfg.sequence_parallel)
     for moe in layer_kinds(workload.model):
         s = layer_shape(model, tiny, moe)
-        assert s.hidden == 64 and 1 <= s.heads <= 2 and s.heads % s.groups == 0
+        assert s.h == 64 and 1 <= s.heads <= 2 and s.heads % s.groups == 0
         assert s.tokens % s.sp == 0 and s.seq % 2 == 0 and s.tokens <= 16 * max(4, cfg.tp)
         assert not moe or (1 <= s.local_experts <= 2 and s.experts == s.local_experts * cfg.ep)
 

@@ -20,8 +20,8 @@ import pytest
 from oracle.catalog import model_card
 from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
-from oracle.memory.geometry import geometry
-from oracle.memory.params import edge_params, layer_params
+from oracle.model_shape import model_shape
+from oracle.param_count import edge_params, layer_params
 from oracle.performance.calibration import constants
 from oracle.performance.flops import attended_keys, model_flops_per_token, span_keys
 from oracle.performance.simulate import simulate
@@ -50,10 +50,10 @@ CATALOG = {"qwen2.5-7b": "qwen2.5-7b", "qwen2.5-72b": "qwen2.5-72b", "qwen3-8b":
 
 def _total_params(model) -> float:
     """All weights at TP = EP = 1, from the oracle's own per-layer and edge counts (MTP left out)."""
-    g = geometry(model)
+    g = model_shape(model)
     dense, moe = layer_params(g, 1, 1, 1)
     layers = sum(moe.dense + moe.expert if is_moe else dense.dense for is_moe in model.moe_layer_pattern)
-    edge = edge_params(g, 1, 1, 1, 1, 4096)
+    edge = edge_params(g, 1, 1, 1, False, 4096)
     return layers + edge.embedding + edge.output + edge.final_norm
 
 

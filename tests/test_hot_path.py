@@ -13,9 +13,9 @@ import pytest
 
 import oracle.memory.inflight as inflight
 from oracle.identity_cache import by_identity
+from oracle.layout import layout_facts
 from oracle.memory import estimate_memory
-from oracle.memory.geometry import geometry
-from oracle.pipeline_split import PipelineSplit
+from oracle.model_shape import model_shape
 from oracle.specs import EffectiveConfig, TrialConfig
 from planner.space import enumerate_layouts
 
@@ -83,7 +83,8 @@ def test_pruning_removes_the_middle_stages_of_1f1b():
     # layers with fewer; only GPU 0 and the last GPU (the output layer) can be the most loaded.
     w, c = example("llama70b")
     cfg = w.effective(TrialConfig(tp=8, pp=8, vpp=1, pp_schedule="1f1b", recompute_granularity="none"))
-    plans = inflight.device_plans(geometry(w.model), 8, 1, PipelineSplit(), "1f1b", 16, False, None, 0)
+    plans = inflight.device_plans(model_shape(w.model), layout_facts(w.model, cfg, c.world_size).chunks, 8, 1, "1f1b",
+                                  16, False, None, 0)
     assert [p.index for p in plans] == [0, 7]
     assert estimate_memory(w.model, cfg, c).breakdown["mem_stage"] == 0
 

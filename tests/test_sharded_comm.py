@@ -14,11 +14,12 @@ import pytest
 
 from oracle.catalog import gpu, model_card
 from oracle.layout import layout_facts
-from oracle.performance.arch import arch_of
+from oracle.model_shape import model_shape
+from oracle.param_count import layer_params
 from oracle.performance.calibration import constants
 from oracle.performance.layers import transformer_layer
-from oracle.performance.params import layer_params
-from oracle.performance.simulate import _ctx, simulate
+from oracle.performance.pipeline import layer_context
+from oracle.performance.simulate import simulate
 from oracle.performance.work import FSDP
 from oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, Workload
 
@@ -37,9 +38,10 @@ def test_megatron_fsdp_gathers_dense_over_dp_and_experts_over_expert_dp_term_by_
                             data_parallel_sharding_strategy="optim_grads_params", moe_token_dispatcher_type="alltoall")
     cfg = Workload(name="dsv3", model=model, training=training).effective()
     c = constants(H100)
-    ctx = _ctx(arch_of(model), cfg, _cluster(32), c, layout_facts(model, cfg, 256))
+    ctx = layer_context(model_shape(model), cfg, _cluster(32), c, layout_facts(model, cfg, 256))
     assert (ctx.fsdp, ctx.fsdp_expert) == (32, 4)  # by hand: DP 256 / (PP 8), expert-DP 256 / (EP 8 x PP 8)
-    dense, expert = layer_params(arch_of(model), 1, 8, 1, True)
+    moe_layer = layer_params(model_shape(model), 1, 1, 8)[1]  # TP 1, ETP 1, EP 8
+    dense, expert = moe_layer.dense, moe_layer.expert
     # 256 experts / EP 8 = 32 local experts of 3 (SwiGLU gate, up, down) h x 2048 matrices, whole (ETP 1)
     assert expert == 32 * 3 * 7168 * 2048
     intra, inter = 450e6 * c.link_eff, 50e6 * c.link_eff  # bytes per ms (catalog GB/s x link efficiency)

@@ -16,7 +16,7 @@ from oracle.evaluate import evaluate_memory_only
 from oracle.inputs import load_cluster, load_workload
 from oracle.legality import validate
 from oracle.memory.activations import layer_acts
-from oracle.memory.geometry import geometry
+from oracle.model_shape import model_shape
 from oracle.specs import TrialConfig
 from oracle.specs.search import SearchConstraints
 
@@ -106,7 +106,7 @@ def test_ep_with_tp_needs_sequence_parallelism(tmp_path):
 
 def test_recompute_modules_drop_what_megatron_recomputes():
     w, c = example("llama70b")
-    g = geometry(w.model)
+    g = model_shape(w.model)
     none = layer_acts(g, 4, True, True, (), 8192, 4)
     mlp = layer_acts(g, 4, True, True, ("mlp",), 8192, 4)
     # The checkpointed MLP keeps only its input: SwiGLU's gate+up (2 x 2 B x ffn/TP) and the fc2 input

@@ -7,16 +7,12 @@ from dataclasses import dataclass
 
 from ..layout import layout_facts
 from ..memory.activations import layer_acts
-from ..memory.geometry import geometry
-from ..performance.arch import arch_of
+from ..model_shape import model_shape
 from ..performance.calibration import constants
 from ..performance.comm import Net
-from ..performance.context import E_BYTES
+from ..performance.constants import E_BYTES
 from ..performance.layers import transformer_layer
-from ..performance.params import layer_params
-
-# _ctx: the per-layer context exactly as simulate builds it for this layout
-from ..performance.simulate import COMPUTE, _ctx
+from ..performance.pipeline import COMPUTE, block_weights, layer_context
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 
 
@@ -31,11 +27,11 @@ def project_layer(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, 
     """Analytic compute time and stored activations of one dense or MoE layer on one rank. The measured
     layer runs full causal SDPA (`layers.py`), so the analytic one is projected with full attention too:
     their ratio then scales the windowed or chunked projection like for like."""
-    a = arch_of(model.model_copy(update={"window_size": None, "attention_chunk_size": None}))
+    a = model_shape(model.model_copy(update={"window_size": None, "attention_chunk_size": None}))
     facts = layout_facts(model, cfg, cluster.world_size)
-    ctx = _ctx(a, cfg, cluster, constants(cluster.gpu), facts)
-    work = transformer_layer(ctx, moe, layer_params(a, ctx.tp, ctx.ep, ctx.etp, moe))
-    acts = layer_acts(geometry(model), cfg.tp, facts.sp, cfg.use_flash_attn, (), cfg.seq_length, cfg.etp,
+    ctx = layer_context(a, cfg, cluster, constants(cluster.gpu), facts)  # exactly as simulate builds it
+    work = transformer_layer(ctx, moe, block_weights(a, ctx.tp, ctx.etp, ctx.ep, False, ctx.seq)[int(moe)])
+    acts = layer_acts(model_shape(model), cfg.tp, facts.sp, cfg.use_flash_attn, (), cfg.seq_length, cfg.etp,
                       cfg.fp8 is not None)
     tokens = facts.tokens
     return LayerProjection(fwd_ms=sum(work.f[i] for i in COMPUTE),
@@ -43,9 +39,9 @@ def project_layer(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, 
                            act_bytes=(acts.moe if moe else acts.dense) * tokens)
 
 
-def tp_bytes(model: ModelArch, cfg: EffectiveConfig) -> int:
+def tp_bytes(model: ModelArch, cfg: EffectiveConfig, world: int) -> int:
     """Bytes of one gathered TP activation [tokens, hidden] (the buffer each SP all-gather fills)."""
-    return cfg.mbs * cfg.seq_length // cfg.cp * model.hidden_size * E_BYTES
+    return int(layout_facts(model, cfg, world).tokens) * model.hidden_size * E_BYTES
 
 
 def project_all_gather(cluster: ClusterSpec, nbytes: int, group: int) -> float:

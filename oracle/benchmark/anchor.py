@@ -73,7 +73,7 @@ def _collectives(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, l
     group = min(cfg.tp, cluster.benchmark_gpus, torch.cuda.device_count())
     if group < 2:
         return {}
-    nbytes = tp_bytes(model, cfg)
+    nbytes = tp_bytes(model, cfg, cluster.world_size)
     key = f"collectives|tp={group}|bytes={nbytes}|{label}"
     data = cache.get(key)
     if data is None:

@@ -67,18 +67,18 @@ class Attention(nn.Module):
     def __init__(self, s: LayerShape):
         super().__init__()
         self.s = s
-        self.qkv = _weight((s.heads + 2 * s.groups) * s.qk_dim, s.hidden)
-        self.out = _weight(s.hidden, s.heads * s.v_dim)
-        self.rope = Rotary(s.seq, s.qk_dim) if s.rotary else None
+        self.qkv = _weight((s.heads + 2 * s.groups) * s.qk_head_dim, s.h)
+        self.out = _weight(s.h, s.heads * s.v_head_dim)
+        self.rope = Rotary(s.seq, s.qk_head_dim) if s.rotary else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.s
         qkv = linear(x, self.qkv, s.sp, s.fp8)
-        q, k, v = qkv.split([s.heads * s.qk_dim, s.groups * s.qk_dim, s.groups * s.qk_dim], -1)
-        q, k, v = (t.unflatten(0, (s.mbs, s.seq)).unflatten(-1, (-1, s.qk_dim)) for t in (q, k, v))
+        q, k, v = qkv.split([s.heads * s.qk_head_dim, s.groups * s.qk_head_dim, s.groups * s.qk_head_dim], -1)
+        q, k, v = (t.unflatten(0, (s.mbs, s.seq)).unflatten(-1, (-1, s.qk_head_dim)) for t in (q, k, v))
         if self.rope is not None:
             q, k = self.rope(q), self.rope(k)
-        o = core_attention(q, k, v, s.cp).reshape(s.tokens, s.heads * s.v_dim)
+        o = core_attention(q, k, v, s.cp).reshape(s.tokens, s.heads * s.v_head_dim)
         return scatter(linear(o, self.out, 1, s.fp8), s.sp)
 
 
@@ -89,32 +89,32 @@ class MLAttention(nn.Module):
     def __init__(self, s: LayerShape):
         super().__init__()
         self.s = s
-        q_width = s.heads * (s.qk_dim + s.rope_dim)
-        if s.q_lora:
-            self.q_down, self.q_norm = _weight(s.q_lora, s.hidden), _norm(s.q_lora, s.rms)
-            self.q_up = _weight(q_width, s.q_lora)
+        q_width = s.heads * (s.qk_head_dim + s.qk_pos_dim)
+        if s.q_lora_rank:
+            self.q_down, self.q_norm = _weight(s.q_lora_rank, s.h), _norm(s.q_lora_rank, s.rms)
+            self.q_up = _weight(q_width, s.q_lora_rank)
         else:
-            self.q_up = _weight(q_width, s.hidden)
-        self.kv_down, self.kv_norm = _weight(s.kv_lora + s.rope_dim, s.hidden), _norm(s.kv_lora, s.rms)
-        self.kv_up = _weight(s.heads * (s.qk_dim + s.v_dim), s.kv_lora)
-        self.out = _weight(s.hidden, s.heads * s.v_dim)
-        self.rope = Rotary(s.seq, s.rope_dim)
+            self.q_up = _weight(q_width, s.h)
+        self.kv_down, self.kv_norm = _weight(s.kv_lora_rank + s.qk_pos_dim, s.h), _norm(s.kv_lora_rank, s.rms)
+        self.kv_up = _weight(s.heads * (s.qk_head_dim + s.v_head_dim), s.kv_lora_rank)
+        self.out = _weight(s.h, s.heads * s.v_head_dim)
+        self.rope = Rotary(s.seq, s.qk_pos_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.s
-        if s.q_lora:
+        if s.q_lora_rank:
             q = linear(self.q_norm(linear(x, self.q_down, s.sp, s.fp8)), self.q_up, 1, s.fp8)
         else:
             q = linear(x, self.q_up, s.sp, s.fp8)
         q = q.unflatten(0, (s.mbs, s.seq)).unflatten(-1, (s.heads, -1))
-        q_nope, q_pe = q.split([s.qk_dim, s.rope_dim], -1)
-        latent, k_pe = linear(x, self.kv_down, s.sp, s.fp8).split([s.kv_lora, s.rope_dim], -1)
+        q_nope, q_pe = q.split([s.qk_head_dim, s.qk_pos_dim], -1)
+        latent, k_pe = linear(x, self.kv_down, s.sp, s.fp8).split([s.kv_lora_rank, s.qk_pos_dim], -1)
         kv = linear(self.kv_norm(latent), self.kv_up, 1, s.fp8).unflatten(0, (s.mbs, s.seq))
-        k_nope, v = kv.unflatten(-1, (s.heads, -1)).split([s.qk_dim, s.v_dim], -1)
+        k_nope, v = kv.unflatten(-1, (s.heads, -1)).split([s.qk_head_dim, s.v_head_dim], -1)
         k_pe = self.rope(k_pe.unflatten(0, (s.mbs, s.seq))[:, :, None, :]).expand(-1, -1, s.heads, -1)
         q = torch.cat([q_nope, self.rope(q_pe)], -1)
         k = torch.cat([k_nope, k_pe], -1)
-        o = core_attention(q, k, v, s.cp).reshape(s.tokens, s.heads * s.v_dim)
+        o = core_attention(q, k, v, s.cp).reshape(s.tokens, s.heads * s.v_head_dim)
         return scatter(linear(o, self.out, 1, s.fp8), s.sp)
 
 
@@ -124,13 +124,13 @@ class MLP(nn.Module):
     def __init__(self, s: LayerShape, ffn: int):
         super().__init__()
         self.s = s
-        self.up = _weight((2 if s.gated else 1) * ffn, s.hidden)
-        self.down = _weight(s.hidden, ffn)
+        self.up = _weight(s.gated * ffn, s.h)
+        self.down = _weight(s.h, ffn)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         s = self.s
         h = linear(x, self.up, s.sp, s.fp8)
-        h = swiglu(h) if s.gated else F.gelu(h)
+        h = swiglu(h) if s.gated == 2 else F.gelu(h)
         return scatter(linear(h, self.down, 1, s.fp8), s.sp)
 
 
@@ -142,9 +142,9 @@ class MoE(nn.Module):
     def __init__(self, s: LayerShape):
         super().__init__()
         self.s = s
-        self.router = _weight(s.experts, s.hidden)
-        self.w1 = _weight(s.local_experts, (2 if s.gated else 1) * s.expert_ffn, s.hidden)
-        self.w2 = _weight(s.local_experts, s.hidden, s.expert_ffn)
+        self.router = _weight(s.experts, s.h)
+        self.w1 = _weight(s.local_experts, s.gated * s.expert_ffn, s.h)
+        self.w2 = _weight(s.local_experts, s.h, s.expert_ffn)
         self.shared = MLP(s, s.ffn) if s.ffn else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -156,9 +156,9 @@ class MoE(nn.Module):
         routed = gather(x[src], s.etp)
         rows, local, align = routed.shape[0], s.local_experts, FP8_ROWS if s.fp8 else 1
         per = -(-rows // (local * align)) * align
-        h = F.pad(routed, (0, 0, 0, per * local - rows)).view(local, per, s.hidden)
+        h = F.pad(routed, (0, 0, 0, per * local - rows)).view(local, per, s.h)
         h = grouped_linear(h, self.w1, s.fp8)
-        h = swiglu(h) if s.gated else F.gelu(h)
+        h = swiglu(h) if s.gated == 2 else F.gelu(h)
         y = scatter(grouped_linear(h, self.w2, s.fp8).flatten(0, 1)[:rows], s.etp)
         out = torch.zeros_like(x).index_add(0, src, y * top_p.flatten()[order].to(y.dtype)[:, None])
         return out + self.shared(x) if self.shared is not None else out
@@ -169,7 +169,7 @@ class Layer(nn.Module):
 
     def __init__(self, s: LayerShape):
         super().__init__()
-        self.norm1, self.norm2 = _norm(s.hidden, s.rms), _norm(s.hidden, s.rms)
+        self.norm1, self.norm2 = _norm(s.h, s.rms), _norm(s.h, s.rms)
         self.attention = MLAttention(s) if s.mla else Attention(s)
         self.mlp = MoE(s) if s.moe else MLP(s, s.ffn)
 
@@ -182,5 +182,5 @@ def build_layer(s: LayerShape, device: str) -> tuple[Layer, torch.Tensor]:
     """The layer of shape `s` on `device` and an input that requires grad (as inside a layer stack)."""
     with torch.device(device):
         layer = Layer(s)
-        x = torch.randn(s.tokens // s.sp, s.hidden, dtype=DTYPE, requires_grad=True)
+        x = torch.randn(s.tokens // s.sp, s.h, dtype=DTYPE, requires_grad=True)
     return layer, x

@@ -15,12 +15,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import asdict, dataclass
 
+from ..model_shape import model_shape
 from ..specs import EffectiveConfig, ModelArch
 
 
 @dataclass(frozen=True)
 class LayerShape:
-    """What one rank computes for one layer: the unit benchmark mode builds, times and caches."""
+    """What one rank computes for one layer: the unit benchmark mode builds, times and caches. Widths
+    are named as in `ModelShape`; the per-rank ones say so."""
 
     moe: bool
     mla: bool
@@ -28,16 +30,16 @@ class LayerShape:
     seq: int  # query tokens per sequence on this rank (seq / CP)
     cp: int
     sp: int  # sequence-parallel split of the tokens outside the TP region (TP under SP, else 1)
-    hidden: int
+    h: int
     heads: int  # attention heads on this rank
     groups: int  # key/value heads on this rank
-    qk_dim: int  # query/key width per head (MLA: without the decoupled rotary part)
-    rope_dim: int  # MLA's decoupled rotary width; 0 for GQA (rotary over all of qk_dim)
-    v_dim: int
-    q_lora: int  # MLA query down-projection rank; 0 = direct query projection
-    kv_lora: int
+    qk_head_dim: int  # query/key width per head without MLA's decoupled rotary part
+    qk_pos_dim: int  # MLA's decoupled rotary width; 0 for GQA (rotary over all of qk_head_dim)
+    v_head_dim: int
+    q_lora_rank: int  # MLA query down-projection rank; 0 = direct query projection
+    kv_lora_rank: int
     ffn: int  # MLP width on this rank (an MoE layer: its shared experts, 0 = none)
-    gated: bool  # SwiGLU (else GeLU)
+    gated: int  # 2 for SwiGLU (gate + up), 1 for GeLU
     rms: bool  # RMSNorm (else LayerNorm)
     rotary: bool
     experts: int  # router width (all experts); 0 for a dense layer
@@ -64,25 +66,21 @@ class LayerShape:
 
 def layer_kinds(model: ModelArch) -> tuple[bool, ...]:
     """The layer kinds a model holds, dense (False) before MoE (True)."""
-    return tuple(moe for moe in (False, True) if (1 if moe else 0) in model.moe_layer_pattern)
+    pattern = model_shape(model).pattern
+    return tuple(moe for moe in (False, True) if int(moe) in pattern)
 
 
 def layer_shape(model: ModelArch, cfg: EffectiveConfig, moe: bool) -> LayerShape:
-    """Per-rank shape of one dense or MoE layer of `model` under layout `cfg`."""
-    tp, mla = cfg.tp, model.multi_latent_attention
-    heads = model.num_attention_heads // tp
+    """Per-rank shape of one dense or MoE layer of `model` under layout `cfg`, from its `ModelShape`."""
+    a, tp = model_shape(model), cfg.tp
+    heads = a.heads // tp
     return LayerShape(
-        moe=moe, mla=mla, mbs=cfg.mbs, seq=cfg.seq_length // cfg.cp, cp=cfg.cp,
-        sp=tp if cfg.sequence_parallel else 1, hidden=model.hidden_size, heads=heads,
-        groups=heads if mla else max(1, model.groups // tp),
-        qk_dim=model.qk_head_dim if mla else model.head_dim, rope_dim=model.qk_pos_emb_head_dim if mla else 0,
-        v_dim=model.v_head_dim if mla else model.head_dim, q_lora=(model.q_lora_rank or 0) if mla else 0,
-        kv_lora=model.kv_lora_rank if mla else 0,
-        ffn=((model.moe_shared_expert_intermediate_size or 0) if moe else model.ffn) // tp,
-        gated=model.swiglu, rms=model.normalization.lower() == "rmsnorm",
-        rotary=model.rotary,
-        experts=model.num_experts if moe else 0, local_experts=model.num_experts // cfg.ep if moe else 0,
-        topk=model.moe_router_topk if moe else 0, expert_ffn=model.expert_ffn // cfg.etp if moe else 0,
+        moe=moe, mla=a.mla, mbs=cfg.mbs, seq=cfg.seq_length // cfg.cp, cp=cfg.cp,
+        sp=tp if cfg.sequence_parallel else 1, h=a.h, heads=heads, groups=heads if a.mla else max(1, a.groups // tp),
+        qk_head_dim=a.qk_head_dim, qk_pos_dim=a.qk_pos_dim, v_head_dim=a.v_head_dim, q_lora_rank=a.q_lora_rank,
+        kv_lora_rank=a.kv_lora_rank, ffn=(a.shared_ffn if moe else a.ffn) // tp, gated=a.gated, rms=a.rms,
+        rotary=a.rotary, experts=a.experts if moe else 0, local_experts=a.experts // cfg.ep if moe else 0,
+        topk=a.topk if moe else 0, expert_ffn=a.expert_ffn // cfg.etp if moe else 0,
         etp=cfg.etp if moe else 1, fp8=cfg.fp8,
     )
 

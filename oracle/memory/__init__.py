@@ -2,7 +2,7 @@
 
 `estimate_memory(model, cfg, cluster)` evaluates every pipeline GPU that holds a distinct set of layers
 and returns the most loaded one, with every term in `breakdown`. Pure and fast (no I/O, no pydantic
-construction); sub-results are cached on the model geometry and the sharding.
+construction); sub-results are cached on the model shape and the sharding.
 
 Modules: `params` (parameter counts per layer type and sharding), `activations` (stored bytes per
 token per layer type, Korthikanti et al. 2022 generalised), `inflight` (pipeline chunks per GPU and

@@ -33,17 +33,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..model_shape import ModelShape, padded_vocab
 from .constants import (
     ACT_BYTES,
     FLASH_LSE_BYTES,
     FP8_INPUT_BYTES,
+    LAYERNORM_STAT_BYTES,
+    RMSNORM_STAT_BYTES,
     ROUTER_SCORE_BYTES,
     TOKEN_ID_BYTES,
 )
-from .geometry import Geometry, padded_vocab
-
-B = ACT_BYTES
-
 
 @dataclass(frozen=True, slots=True)
 class LayerActs:
@@ -54,9 +53,14 @@ class LayerActs:
     moe_wgrad: float
 
 
+def norm_stat_bytes(g: ModelShape) -> int:
+    """fp32 statistics one norm saves per token: RMSNorm its rstd, LayerNorm mean and rstd."""
+    return RMSNORM_STAT_BYTES if g.rms else LAYERNORM_STAT_BYTES
+
+
 @lru_cache(maxsize=8192)
 def layer_acts(
-    g: Geometry, tp: int, sp: bool, flash: bool, modules: tuple[str, ...], seq: int, etp: int, fp8: bool = False
+    g: ModelShape, tp: int, sp: bool, flash: bool, modules: tuple[str, ...], seq: int, etp: int, fp8: bool = False
 ) -> LayerActs:
     """Stored bytes per token of one dense and one MoE layer; `modules` are the selective-recompute
     modules (megatron-core 0.16.1 transformer_config.py `recompute_modules`), each of which keeps only
@@ -73,13 +77,13 @@ def layer_acts(
     # that FP8 copy (column-wise usage, for the weight gradient): 1 B instead of 2 B. Tensors another
     # op also needs in high precision (flash-attention output, router input, activation-function
     # input, unpermute's expert outputs) stay 2 B; norm inputs stay 2 B.
-    li = FP8_INPUT_BYTES if fp8 else B
+    li = FP8_INPUT_BYTES if fp8 else ACT_BYTES
     r = tp if sp else 1
-    stat = g.norm_stat_bytes / r
+    stat = norm_stat_bytes(g) / r
     mask = h / r if g.dropout else 0.0  # 1-byte dropout mask after attention and after the MLP
 
     # ---- attention block -------------------------------------------------------------------------
-    ln1 = B * h / r + stat  # input_layernorm input
+    ln1 = ACT_BYTES * h / r + stat  # input_layernorm input
     norm_out = 0.0 if "layernorm" in modules else 1.0  # norm outputs kept (1) or recomputed (0)
     qkv_in = norm_out * li * h / r  # norm output, saved by the QKV (or MLA down/q) linears for their wgrad
     latents = 0.0
@@ -87,21 +91,21 @@ def layer_acts(
         qk = g.qk_head_dim + g.qk_pos_dim
         q_w, k_w, v_w, ctx_w = a * qk, a * qk, a * g.v_head_dim, a * g.v_head_dim
         # kv latent at kv_layernorm input and at kv_up input; same for the q latent when q_lora is used
-        latents = (B + li) * g.kv_lora_rank / r + stat
+        latents = (ACT_BYTES + li) * g.kv_lora_rank / r + stat
         if g.q_lora_rank:
-            latents += (B + li) * g.q_lora_rank / r + stat
+            latents += (ACT_BYTES + li) * g.q_lora_rank / r + stat
     else:
         q_w = a * g.head_dim
         k_w = v_w = g.groups * g.head_dim
         ctx_w = q_w
-    qkv = B * (q_w + k_w + v_w) / tp  # Q, K (for QK^T or flash) and V
+    qkv = ACT_BYTES * (q_w + k_w + v_w) / tp  # Q, K (for QK^T or flash) and V
     if g.qk_norm:  # the Q/K norm keeps its input (the un-normed Q and K) and fp32 rstd per head
-        qkv += (B * (q_w + k_w) + g.norm_stat_bytes * (a + g.groups)) / tp
+        qkv += (ACT_BYTES * (q_w + k_w) + norm_stat_bytes(g) * (a + g.groups)) / tp
     if g.mla and "mla_up_proj" in modules:
         qkv = 0.0
     # attention output = output-projection input; flash saves it too (the same bf16 tensor), so under
     # FP8 with flash both the bf16 output and the FP8 GEMM input are kept
-    ctx = (B * ctx_w / tp) if not fp8 else ((B + li) if flash else li) * ctx_w / tp
+    ctx = (ACT_BYTES * ctx_w / tp) if not fp8 else ((ACT_BYTES + li) if flash else li) * ctx_w / tp
     if selective:
         core = 0.0  # core attention recomputed: nothing beyond its Q, K, V inputs is kept
     elif flash:
@@ -110,13 +114,13 @@ def layer_acts(
         # per query token: heads x s scores; softmax output 2 B, plus with dropout a 1 B mask and the
         # 2 B dropout output (Korthikanti's 5as/h; 2as/h without dropout). Keys span the whole sequence.
         scores = a * seq / tp
-        core = B * scores + ((1 + B) * scores if g.dropout else 0.0)
+        core = ACT_BYTES * scores + ((1 + ACT_BYTES) * scores if g.dropout else 0.0)
     attention = ln1 + qkv_in + latents + qkv + ctx + core + mask
 
     # ---- dense MLP -------------------------------------------------------------------------------
-    ln2 = B * h / r + stat
+    ln2 = ACT_BYTES * h / r + stat
     fc1_in = li * h / r
-    act_in = B * g.gated * g.ffn / tp  # GeLU input, or SwiGLU's gate and up halves
+    act_in = ACT_BYTES * g.gated * g.ffn / tp  # GeLU input, or SwiGLU's gate and up halves
     fc2_in = li * g.ffn / tp  # activation output
     if "mlp" in modules:  # the checkpointed MLP keeps its input (the norm output) only
         dense = attention + ln2 + fc1_in + mask
@@ -125,28 +129,28 @@ def layer_acts(
 
     # zero-bubble W stash: inputs of every linear and the gradients of their outputs
     attn_lin_in = qkv_in + ctx + (li * (g.kv_lora_rank + g.q_lora_rank) / r if g.mla else 0.0)
-    attn_lin_grad = qkv + B * h / r
-    dense_wgrad = attn_lin_in + attn_lin_grad + (fc1_in + fc2_in) + (act_in + B * h / r)
+    attn_lin_grad = qkv + ACT_BYTES * h / r
+    dense_wgrad = attn_lin_in + attn_lin_grad + (fc1_in + fc2_in) + (act_in + ACT_BYTES * h / r)
 
     moe = dense
     moe_wgrad = dense_wgrad
     if g.is_moe:
-        k_eff = g.topk * (g.capacity_factor or 1.0)
+        k_eff = g.routed_peak
         routed_local = k_eff / r  # (token, expert) pairs this rank dispatches, per token
         pairs = routed_local * etp  # pairs it computes after the all-to-all and the ETP all-gather
         ffn_e = g.expert_ffn / etp
-        moe_in = B * h / r  # norm output: the router's and the shared experts' input
+        moe_in = ACT_BYTES * h / r  # norm output: the router's and the shared experts' input
         router = norm_out * moe_in + ROUTER_SCORE_BYTES * g.experts / r
         experts = (
             li * h * pairs  # expert fc1 input (permuted tokens)
-            + B * g.gated * ffn_e * pairs  # activation input
+            + ACT_BYTES * g.gated * ffn_e * pairs  # activation input
             + (0.0 if "moe_act" in modules else li * ffn_e * pairs)  # fc2 input (activation output)
-            + B * h * routed_local  # expert outputs kept by the prob-weighted unpermute
+            + ACT_BYTES * h * routed_local  # expert outputs kept by the prob-weighted unpermute
         )
         # shared experts read the router's bf16 input; under FP8 their fc1 keeps its own FP8 copy
         shared = 0.0
         if g.shared_ffn and "shared_experts" not in modules:
-            shared = (B * g.gated * g.shared_ffn + li * g.shared_ffn) / tp + (li * h / r if fp8 else 0.0)
+            shared = (ACT_BYTES * g.gated * g.shared_ffn + li * g.shared_ffn) / tp + (li * h / r if fp8 else 0.0)
         if "moe" in modules:  # the checkpointed MoE layer keeps its input only
             moe = attention + ln2 + moe_in + mask
         else:
@@ -154,12 +158,12 @@ def layer_acts(
         moe_wgrad = (
             attn_lin_in
             + attn_lin_grad
-            + B * h / r  # router / shared fc1 input
-            + B * h * pairs * 2  # expert fc1 input and fc2 output grad
-            + B * ffn_e * pairs * (1 + g.gated)  # expert fc2 input and fc1 output grad
-            + (B * g.shared_ffn * (1 + g.gated) / tp + B * h / r if g.shared_ffn else 0.0)
+            + ACT_BYTES * h / r  # router / shared fc1 input
+            + ACT_BYTES * h * pairs * 2  # expert fc1 input and fc2 output grad
+            + ACT_BYTES * ffn_e * pairs * (1 + g.gated)  # expert fc2 input and fc1 output grad
+            + (ACT_BYTES * g.shared_ffn * (1 + g.gated) / tp + ACT_BYTES * h / r if g.shared_ffn else 0.0)
         )
-    return LayerActs(dense, moe, B * h / r, dense_wgrad, moe_wgrad)
+    return LayerActs(dense, moe, ACT_BYTES * h / r, dense_wgrad, moe_wgrad)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +174,7 @@ class EdgeActs:
 
 
 @lru_cache(maxsize=4096)
-def edge_acts(g: Geometry, tp: int, sp: bool, fused_ce: bool) -> EdgeActs:
+def edge_acts(g: ModelShape, tp: int, sp: bool, fused_ce: bool) -> EdgeActs:
     r = tp if sp else 1
     h = g.h
     # Embedding: int64 token ids (and position ids for learned positions) saved by the lookups, and the
@@ -184,10 +188,10 @@ def edge_acts(g: Geometry, tp: int, sp: bool, fused_ce: bool) -> EdgeActs:
     # Fused loss (cross_entropy_loss_fusion, TE/Primus kernel): computed from the bf16 logits, gradient
     # written in place -> only the 2 B logits buffer (assumption: no fp32 copy materialised).
     vp = padded_vocab(g.vocab, tp)
-    per_vocab = B if fused_ce else B + 4
+    per_vocab = ACT_BYTES if fused_ce else ACT_BYTES + 4
     logits_one = per_vocab * vp / tp
-    logits = (2 * B * h / r + g.norm_stat_bytes / r + logits_one) * (1 + g.mtp_layers)
+    logits = (2 * ACT_BYTES * h / r + norm_stat_bytes(g) / r + logits_one) * (1 + g.mtp_layers)
     # MTP module extras: enorm input, hnorm input (2h each), eh_proj input (the 2h concatenation),
     # and the ids of the shifted tokens.
-    mtp_extra = (B * h + B * h + 2 * B * h) / r + TOKEN_ID_BYTES if g.mtp_layers else 0.0
+    mtp_extra = (ACT_BYTES * h + ACT_BYTES * h + 2 * ACT_BYTES * h) / r + TOKEN_ID_BYTES if g.mtp_layers else 0.0
     return EdgeActs(embedding, logits, mtp_extra)

@@ -34,10 +34,6 @@ FLASH_LSE_BYTES = 4
 # MoE router: fp32 logits and fp32 normalised scores per (token, expert) kept for backward / aux loss.
 ROUTER_SCORE_BYTES = 2 * 4
 
-# ---- Megatron conventions --------------------------------------------------------------------------
-# Vocabulary padded to a multiple of make_vocab_size_divisible_by (128) x TP (Megatron default).
-VOCAB_DIVISIBLE_BY = 128
-
 # ---- FSDP2 -----------------------------------------------------------------------------------------
 # Torch FSDP2 all-gathers one layer's weights ahead of use (the current and the prefetched layer are
 # unsharded at the same time) and reduce-scatters one layer's unsharded fp32 gradient.

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..layout import layout_facts
+from ..model_shape import model_shape
+from ..param_count import edge_params, layer_params
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .activations import edge_acts, layer_acts
 from .constants import (
@@ -16,7 +18,6 @@ from .constants import (
     RUNTIME_CONTEXT_GIB,
     WEIGHT_BYTES,
 )
-from .geometry import geometry
 from .inflight import device_plans, saturated_microbatches
 from .overheads import (
     allocator_overhead,
@@ -24,7 +25,6 @@ from .overheads import (
     cuda_graph_buffers,
     deepep_buffers,
 )
-from .params import edge_params, layer_params
 from .state_bytes import grad_bytes, optimizer_bytes
 
 
@@ -48,15 +48,14 @@ _RUNTIME = RUNTIME_CONTEXT_GIB * GIB
 
 def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> MemoryEstimate:
     """Per-GPU memory (GiB) of `cfg` training `model` on `cluster`, for the most-loaded pipeline GPU."""
-    g = geometry(model)
+    g = model_shape(model)
     c = cfg.__dict__  # plain dict reads: pydantic attribute access is the slow part of a call
     gpn = cluster.gpus_per_node
     facts = layout_facts(model, cfg, cluster.num_nodes * gpn)
     tp, pp, cp, vpp = c["tp"], c["pp"], c["cp"], facts.vpp
     etp, ep = c["etp"], c["ep"]
     sp = facts.sp
-    granularity = c["recompute_granularity"]
-    full = granularity == "full"
+    rec = facts.recompute
     fp8 = c["fp8"] is not None
 
     # Data-parallel sizes; an illegal layout has none (0): treat it as 1.
@@ -66,12 +65,11 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, facts.microbatches_or_1, extra)
 
     dense_l, moe_l = layer_params(g, tp, etp, ep)
-    edge = edge_params(g, tp, etp, ep, pp, c["seq_length"])
-    acts = layer_acts(g, tp, sp, c["use_flash_attn"], c["recompute_modules"] or (), c["seq_length"], etp, fp8)
+    edge = edge_params(g, tp, etp, ep, pp > 1, c["seq_length"])
+    acts = layer_acts(g, tp, sp, c["use_flash_attn"], rec.modules, c["seq_length"], etp, fp8)
     eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
-    n_rec = c["recompute_num_layers"]
-    n_rec = (1 if n_rec is None else n_rec) if full else 0  # Megatron's default: 1 layer per group
-    plans = device_plans(g, pp, vpp, facts.split, c["pp_schedule"], nmb, full, c["recompute_method"], n_rec, extra)
+    full = rec.full
+    plans = device_plans(g, facts.chunks, pp, vpp, c["pp_schedule"], nmb, full, rec.method, rec.layers, extra)
     tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
 
     # Bytes per parameter (state_bytes.py): bf16 weight, fp32 or bf16 main grad, optimizer state.

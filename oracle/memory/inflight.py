@@ -1,6 +1,6 @@
 """Which layers each GPU of the pipeline holds, and how many micro-batches it keeps at its peak.
 
-A model is cut into PP x VPP chunks by Megatron's split (`oracle.pipeline_split`: even, embedding/loss
+The PP x VPP chunks are the layout facts' stages (`oracle.layout`, by Megatron's split: even, embedding/loss
 accounting, first/last counts or a layout string). GPU i holds chunk i (1F1B, ZB-H1), chunks i, i+PP,
 ... (interleaved), or chunks i and 2PP-1-i (ZB-V's "V"). The peak is counted in chunk-micro-batches whose activations are stored at once.
 """
@@ -10,35 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..pipeline_split import PipelineSplit, stages_or_spread
-from .geometry import Geometry
-
-
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    dense: float
-    moe: float
-    start: int  # first layer's index in the model
-    has_embedding: bool
-    has_output: bool
-    has_mtp: bool
-
-    @property
-    def layers(self) -> float:
-        return self.dense + self.moe
-
-
-@lru_cache(maxsize=4096)
-def chunks(g: Geometry, pp: int, vpp: int, split: PipelineSplit) -> tuple[Chunk, ...]:
-    """The model's PP x VPP chunks in model order, as Megatron's split places the layers
-    (`stages_or_spread`: an even spread where Megatron refuses, so the estimate stays finite)."""
-    out: list[Chunk] = []
-    start = 0
-    for st in stages_or_spread(g.num_layers, g.mtp_layers, pp, vpp if vpp > 1 else None, split):
-        moe = sum(g.pattern[start : start + st.decoders])
-        out.append(Chunk(st.decoders - moe, moe, start, st.embedding, st.loss, st.mtp > 0))
-        start += st.decoders
-    return tuple(out)
+from ..layout import StageLayers
+from ..model_shape import ModelShape
 
 
 def device_chunk_ids(i: int, pp: int, vpp: int, zbv: bool) -> tuple[int, ...]:
@@ -48,10 +21,11 @@ def device_chunk_ids(i: int, pp: int, vpp: int, zbv: bool) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=4096)
-def candidate_devices(g: Geometry, pp: int, vpp: int, zbv: bool, split: PipelineSplit) -> tuple[tuple[int, tuple[Chunk, ...]], ...]:
-    """One GPU per distinct set of held layers: the lowest-index one, which (for every schedule here)
-    keeps at least as many micro-batches in flight as any later GPU with the same layers."""
-    all_chunks = chunks(g, pp, vpp, split)
+def candidate_devices(g: ModelShape, all_chunks: tuple[StageLayers, ...], pp: int, vpp: int, zbv: bool
+                      ) -> tuple[tuple[int, tuple[StageLayers, ...]], ...]:
+    """One GPU per distinct set of held layers (`all_chunks`: the layout facts' stages): the lowest-index
+    one, which (for every schedule here) keeps at least as many micro-batches in flight as any later GPU
+    with the same layers."""
     seen: set = set()
     out = []
     for i in range(pp):
@@ -141,7 +115,7 @@ class DevicePlan:
     inflight: float  # layer-weighted micro-batches in flight
 
 
-def _recompute_split(g: Geometry, ch: Chunk, method: str | None, n_rec: int) -> tuple[float, float, float, float, float]:
+def _recompute_split(g: ModelShape, ch: StageLayers, method: str | None, n_rec: int) -> tuple[float, float, float, float, float]:
     """(whole dense, whole moe, input-only dense, input-only moe, layers recomputed together)."""
     if n_rec <= 0:
         return ch.dense, ch.moe, 0.0, 0.0, 0.0
@@ -161,12 +135,12 @@ def _recompute_split(g: Geometry, ch: Chunk, method: str | None, n_rec: int) -> 
 
 @lru_cache(maxsize=16384)
 def device_plans(
-    g: Geometry, pp: int, vpp: int, split: PipelineSplit, schedule: str, nmb: int, full: bool, method: str | None,
-    n_rec: int, extra: int = 0
+    g: ModelShape, all_chunks: tuple[StageLayers, ...], pp: int, vpp: int, schedule: str, nmb: int, full: bool,
+    method: str | None, n_rec: int, extra: int = 0
 ) -> tuple[DevicePlan, ...]:
     """The plan of every candidate GPU that could be the most loaded (none an earlier one covers)."""
     out = []
-    for index, held in candidate_devices(g, pp, vpp, schedule == "zbv", split):
+    for index, held in candidate_devices(g, all_chunks, pp, vpp, schedule == "zbv"):
         counts, pending_w = peak_chunk_microbatches(schedule, pp, vpp, nmb, index, extra)
         dense = moe = d_full = m_full = d_in = m_in = w_d = w_m = layer_mbs = 0.0
         emb_mb = out_mb = mtp_mb = 0

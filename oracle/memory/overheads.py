@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..model_shape import ModelShape
 from .constants import (
     ACT_BYTES,
     ALLOCATOR_FRAGMENTATION,
@@ -14,11 +15,10 @@ from .constants import (
     NCCL_BUFFER_BYTES_PER_GROUP,
     SP_ALLGATHER_BUFFERS,
 )
-from .geometry import Geometry
 
 
 def comm_buffers(
-    g: Geometry, tp: int, pp: int, cp: int, ep: int, etp: int, dp: int, edp: int, sp: bool, tokens: float, deepep: bool,
+    g: ModelShape, tp: int, pp: int, cp: int, ep: int, etp: int, dp: int, edp: int, sp: bool, tokens: float, deepep: bool,
     allgather: bool = False,
 ) -> tuple[float, float]:
     """(NCCL communicator buffers, transient collective buffers), bytes.
@@ -45,11 +45,11 @@ def comm_buffers(
         if allgather:
             transient += ACT_BYTES * g.h * tokens * ep / r
         else:
-            transient += ACT_BYTES * g.h * tokens * g.topk * (g.capacity_factor or 1.0) / r
+            transient += ACT_BYTES * g.h * tokens * g.routed_peak / r
     return float(groups * NCCL_BUFFER_BYTES_PER_GROUP), transient
 
 
-def deepep_buffers(g: Geometry, ep: int, etp: int, gpus_per_node: int) -> float:
+def deepep_buffers(g: ModelShape, ep: int, etp: int, gpus_per_node: int) -> float:
     """DeepEP's NVLink (+ RDMA when the EP group spans nodes) buffers, bytes (see constants)."""
     if not g.is_moe or ep <= 1:
         return 0.0

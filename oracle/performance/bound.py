@@ -24,28 +24,28 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import product
 
-from ..layout import layout_facts
+from ..layout import RecomputePlan, layout_facts
+from ..model_shape import model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
-from .arch import arch_of
 from .calibration import Constants, constants
 from .context import Ctx
-from .schedule import SPLIT_BACKWARD, W, rank_orders, virtual_stages
-from .simulate import (
-    _Block,
-    _chunks,
-    _ctx,
-    _layout_blocks,
-    _optimizer_ms,
-    _params,
-    _Pipeline,
-    _pipeline_ends,
-    _rank_chunks,
-    _rank_params,
-    _stage_times,
+from .pipeline import (
+    Block,
+    Pipeline,
+    blocks,
+    chunks,
+    layer_context,
+    optimizer_ms,
+    pipeline_ends,
+    rank_chunks,
+    rank_params,
+    stage_times,
 )
+from .schedule import SPLIT_BACKWARD, W, rank_orders, virtual_stages
 from .work import Work
 
 ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
+NO_RECOMPUTE = RecomputePlan(False, None, 0, ())  # recompute only adds work: the bound leaves it out
 
 
 @dataclass(frozen=True)
@@ -70,47 +70,47 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     dispatcher, communication overlaps and DP sharding) within `variants`."""
     world = cluster.world_size
     facts = layout_facts(model, cfg, world)
-    pl = _Pipeline.of(facts, cfg)
+    pl = Pipeline.of(facts, cfg)
     if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
         cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "use_megatron_fsdp": False})
-    ctx = _ctx(arch_of(model), cfg, cluster, consts or constants(cluster.gpu), facts)
-    blocks = _fastest_blocks(model, ctx, pl.p > 1, variants) if any_knobs else _layout_blocks(model, ctx, pl.p > 1)
-    chunks = _chunks(model.moe_layer_pattern, model.mtp_num_layers, cfg.pp, pl.v, facts.split, False, None)
-    f, b, w = _stage_times(chunks, blocks, ())
+    ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
+    parts = _fastest_blocks(ctx, pl.p > 1, variants) if any_knobs else blocks(ctx, pl.p > 1)
+    stages = chunks(model, facts._replace(recompute=NO_RECOMPUTE))
+    f, b, w = stage_times(stages, parts, ())
     ends = _ends_bound(ctx, cfg, world, pl, f, b, w)
-    weights = _rank_params(chunks, _params(blocks), _rank_chunks(pl.schedule, pl.p, pl.V))
-    return (1 - ROUNDING) * max(end + _optimizer_ms(ctx, dense, expert, pl.dp, pl.edp, sharded=True)
+    weights = rank_params(stages, tuple(x.params for x in parts), rank_chunks(pl.schedule, pl.p, pl.V))
+    return (1 - ROUNDING) * max(end + optimizer_ms(ctx, dense, expert, pl, sharded=True)
                                 for end, (dense, expert) in zip(ends, weights))
 
 
 @lru_cache(maxsize=4096)
-def _fastest_blocks(model: ModelArch, ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[_Block, ...]:
+def _fastest_blocks(ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[Block, ...]:
     """Per block, the least F, B and W over the `variants` of FP8, the dispatcher (allgather,
     all-to-all, DeepEP) and the TP and EP overlaps (where they apply) in context `ctx`."""
     fp8s = tuple(f for f in variants.fp8 if ctx.gpu.has_fp8 or not f) or (False,)
     dispatch = variants.dispatch if ctx.ep > 1 else ((ctx.deepep, ctx.allgather),)
     tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)
     ep_overlaps = variants.ep_overlap if ctx.ep > 1 else (False,)
-    variants = [_layout_blocks(model, replace(ctx, fp8=fp8, deepep=deepep, allgather=allgather, tp_overlap=tpo,
-                                              ep_overlap=epo), piped)
+    variants = [blocks(replace(ctx, fp8=fp8, deepep=deepep, allgather=allgather, tp_overlap=tpo, ep_overlap=epo),
+                       piped)
                 for fp8, (deepep, allgather), tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
     return tuple(_fastest(versions) for versions in zip(*variants))
 
 
-def _fastest(versions: tuple[_Block, ...]) -> _Block:
+def _fastest(versions: tuple[Block, ...]) -> Block:
     """The least F, B and W of one block over its versions (their weights are the same); no recompute, and
     no split by component (the bound is never broken down)."""
-    return _Block(Work(), min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions),
+    return Block(Work(), min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions),
                   Work().rec, versions[0].params)
 
 
-def _ends_bound(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: _Pipeline, f: tuple[float, ...],
+def _ends_bound(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline, f: tuple[float, ...],
                 b: tuple[float, ...], w: tuple[float, ...]) -> tuple[float, ...]:
     """Per rank, a lower bound on simulate's pipeline end that only grows with f, b and w."""
     p, m = pl.p, pl.m
     if p == 1 or m <= 3 * p:
-        return _pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
-    return extrapolation_bound(pl.schedule, p, pl.v, m, _pipeline_ends(ctx, cfg, world, pl, 3 * p, f, b, w), f, b, w)
+        return pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
+    return extrapolation_bound(pl.schedule, p, pl.v, m, pipeline_ends(ctx, cfg, world, pl, 3 * p, f, b, w), f, b, w)
 
 
 def extrapolation_bound(schedule: str, p: int, v: int, m: int, hi: tuple[float, ...], f: tuple[float, ...],

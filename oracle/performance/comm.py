@@ -77,7 +77,7 @@ class Net:
             t = max(t, nbytes * remote / size / self.inter + remote * self.a2a_peer + self.alpha_inter)
         return t
 
-    def deepep(self, token_bytes: float, topk: int, size: int, stride: int) -> float:
+    def deepep(self, token_bytes: float, topk: float, size: int, stride: int) -> float:
         """DeepEP dispatch (or combine) of `token_bytes` of tokens, each to `topk` experts spread over
         the group: one RDMA copy per remote *node* a token touches (forwarded inside the node over
         NVLink/xGMI), one message per remote node, near line-rate RDMA."""

@@ -5,21 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from ..model_shape import ModelShape
 from ..specs import GPUSpec
-from .arch import Arch
 from .calibration import Constants
 from .comm import Net
 from .gemm import GemmBackend, gemm_backend
 
-E_BYTES = 2  # activations, BF16/FP16
 HALF = "bf16"  # the non-FP8 GEMM precision (FP16 peaks equal BF16 peaks on every catalog GPU)
 
 
 @dataclass(frozen=True)
 class Ctx:
-    arch: Arch
+    shape: ModelShape
     mbs: int
     seq: int
+    tokens: int  # tokens of one micro-batch on this rank (the layout facts': MBS·seq / CP)
     tp: int
     cp: int
     ep: int
@@ -38,11 +38,6 @@ class Ctx:
     gpu: GPUSpec
     gpus_per_node: int
     c: Constants
-
-    @property
-    def tokens(self) -> int:
-        """Tokens per rank of one micro-batch (the sequence is split over CP)."""
-        return self.mbs * self.seq // self.cp
 
     @property
     def sp_tokens(self) -> float:

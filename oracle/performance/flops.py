@@ -7,20 +7,20 @@ the logits GEMM counts, the embedding lookup does not; MTP modules count; recomp
 
 from __future__ import annotations
 
+from ..model_shape import ModelShape, model_shape
 from ..specs import ModelArch
-from .arch import Arch, arch_of
 
 
-def attention_linear_flops(a: Arch) -> float:
+def attention_linear_flops(a: ModelShape) -> float:
     """Forward FLOPs per token of the attention projections."""
     if a.mla:
-        q = 2 * a.h * a.q_lora + 2 * a.q_lora * a.heads * a.qk_dim if a.q_lora else 2 * a.h * a.heads * a.qk_dim
-        kv = 2 * a.h * (a.kv_lora + a.rope_dim) + 2 * a.kv_lora * a.heads * (a.qk_dim - a.rope_dim + a.v_dim)
-        return q + kv + 2 * a.heads * a.v_dim * a.h
-    return 2 * a.h * (a.heads + 2 * a.groups) * a.qk_dim + 2 * a.heads * a.v_dim * a.h
+        q = 2 * a.h * a.q_lora_rank + 2 * a.q_lora_rank * a.heads * a.qk_dim if a.q_lora_rank else 2 * a.h * a.heads * a.qk_dim
+        kv = 2 * a.h * (a.kv_lora_rank + a.qk_pos_dim) + 2 * a.kv_lora_rank * a.heads * (a.qk_dim - a.qk_pos_dim + a.v_head_dim)
+        return q + kv + 2 * a.heads * a.v_head_dim * a.h
+    return 2 * a.h * (a.heads + 2 * a.groups) * a.qk_dim + 2 * a.heads * a.v_head_dim * a.h
 
 
-def mlp_flops(a: Arch, ffn: int) -> float:
+def mlp_flops(a: ModelShape, ffn: int) -> float:
     return 2.0 * a.h * ffn * (a.gated + 1)
 
 
@@ -38,7 +38,7 @@ def span_keys(span: int, seq: int) -> float:
 
 
 def attended_keys(spans: tuple[tuple[int, int], ...], seq: int) -> float:
-    """Mean keys per query over layers with (span, count) `spans` (`Arch.spans_dense` / `spans_moe`;
+    """Mean keys per query over layers with (span, count) `spans` (`ModelShape.spans_dense` / `spans_moe`;
     none: full attention)."""
     if not spans:
         return seq / 2
@@ -47,10 +47,10 @@ def attended_keys(spans: tuple[tuple[int, int], ...], seq: int) -> float:
     return sum(n * span_keys(s, seq) for s, n in spans) / sum(n for _, n in spans)
 
 
-def layer_flops(a: Arch, seq: int, moe: bool) -> float:
+def layer_flops(a: ModelShape, seq: int, moe: bool) -> float:
     """Forward FLOPs per token of one transformer layer (causal attention over its layers' spans)."""
     keys = attended_keys(a.spans_moe if moe else a.spans_dense, seq)
-    attn = attention_linear_flops(a) + 2 * keys * a.heads * (a.qk_dim + a.v_dim)
+    attn = attention_linear_flops(a) + 2 * keys * a.heads * (a.qk_dim + a.v_head_dim)
     if not moe:
         return attn + mlp_flops(a, a.ffn)
     experts = 2.0 * a.h * a.experts + a.topk * mlp_flops(a, a.expert_ffn)
@@ -59,7 +59,7 @@ def layer_flops(a: Arch, seq: int, moe: bool) -> float:
 
 def model_flops_per_token(model: ModelArch, seq_length: int) -> float:
     """Training FLOPs (forward + backward, no recompute) per token of `seq_length`-token sequences."""
-    a = arch_of(model)
+    a = model_shape(model)
     pattern = model.moe_layer_pattern
     moe = sum(pattern)
     fwd = moe * layer_flops(a, seq_length, True) + (len(pattern) - moe) * layer_flops(a, seq_length, False)

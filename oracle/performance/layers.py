@@ -15,13 +15,23 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..model_shape import padded_vocab
 from .calibration import Constants
-from .context import E_BYTES, HALF, Ctx
+from .constants import (
+    ATTN_DROPOUT_BYTES,
+    BF16_BYTES,
+    E_BYTES,
+    EMBEDDING_GRAD_BYTES,
+    FA_BWD,
+    FP32_BYTES,
+    LOSS_BYTES,
+    ROUTER_PASSES,
+    SOFTMAX_BWD_BYTES,
+    SOFTMAX_FWD_BYTES,
+)
+from .context import HALF, Ctx
 from .flops import attended_keys
 from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
-
-FA_BWD = 2.5  # flash-attention backward / forward FLOPs (5 GEMMs against 2)
-LOSS_BYTES = {False: (14.0, 10.0), True: (4.0, 4.0)}  # bytes per logit (fwd, bwd): unfused vs fused CE
 
 
 def _linear(ctx: Ctx, w: Builder, m: float, n: float, k: float, dtype: str) -> None:
@@ -46,7 +56,7 @@ def _tp_raw(ctx: Ctx) -> float:
     """ms of one TP all-gather (or reduce-scatter) of the rank's activations; 0 without TP."""
     if ctx.tp == 1:
         return 0.0
-    return ctx.net.reduce_scatter(ctx.tokens * ctx.arch.h * E_BYTES, ctx.tp, 1)
+    return ctx.net.reduce_scatter(ctx.tokens * ctx.shape.h * E_BYTES, ctx.tp, 1)
 
 
 def _tp_one(ctx: Ctx) -> float:
@@ -77,26 +87,26 @@ def _tp_collectives(ctx: Ctx, w: Builder, regions: int, gemm: tuple[float, float
 
 def _attention(ctx: Ctx, w: Builder, moe: bool) -> None:
     """Q/K/V (GQA, or MLA's low-rank) projections, rotary (and a Q/K norm), attention core, output projection."""
-    a, T, tp = ctx.arch, ctx.tokens, ctx.tp
+    a, T, tp = ctx.shape, ctx.tokens, ctx.tp
     dtype = ctx.linear_dtype()
     heads = a.heads / tp
     if a.mla:
         q_in = a.h
-        if a.q_lora:
-            _linear(ctx, w, T, a.q_lora, a.h, dtype)  # q down-projection, replicated over TP
-            q_in = a.q_lora
-        _linear(ctx, w, T, a.kv_lora + a.rope_dim, a.h, dtype)  # kv down-projection, replicated
+        if a.q_lora_rank:
+            _linear(ctx, w, T, a.q_lora_rank, a.h, dtype)  # q down-projection, replicated over TP
+            q_in = a.q_lora_rank
+        _linear(ctx, w, T, a.kv_lora_rank + a.qk_pos_dim, a.h, dtype)  # kv down-projection, replicated
         before = w.forward_ms()
         _linear(ctx, w, T, heads * a.qk_dim, q_in, dtype)  # q up-projection
-        _linear(ctx, w, T, heads * (a.qk_dim - a.rope_dim + a.v_dim), a.kv_lora, dtype)  # kv up-projection
-        rotary = T * (heads + 1) * a.rope_dim
+        _linear(ctx, w, T, heads * (a.qk_dim - a.qk_pos_dim + a.v_head_dim), a.kv_lora_rank, dtype)  # kv up-projection
+        rotary = T * (heads + 1) * a.qk_pos_dim
         w.tag("mla_up_proj", w.forward_ms() - before + 2 * rotary * E_BYTES / ctx.hbm)
     else:
         _linear(ctx, w, T, (a.heads + 2 * a.groups) * a.qk_dim / tp, a.h, dtype)
         rotary = T * (a.heads + 2 * a.groups) / tp * a.qk_dim if a.rotary else 0.0
         if a.qk_norm:  # read and write Q and K once more, like the rotary pass
             rotary += T * (a.heads + a.groups) / tp * a.qk_dim
-    _linear(ctx, w, T, a.h, heads * a.v_dim, dtype)
+    _linear(ctx, w, T, a.h, heads * a.v_head_dim, dtype)
     w.add(ELEM, 2 * rotary * E_BYTES / ctx.hbm, 4 * rotary * E_BYTES / ctx.hbm)
     core_f, core_b = _core_attention(ctx, heads, a.spans_moe if moe else a.spans_dense)
     w.add(ATTN, core_f, core_b)
@@ -105,28 +115,28 @@ def _attention(ctx: Ctx, w: Builder, moe: bool) -> None:
 
 
 def _core_attention(ctx: Ctx, heads: float, spans: tuple[tuple[int, int], ...]) -> tuple[float, float]:
-    """(forward, backward) ms of the attention core on one rank, its layers' `spans` (`Arch.spans_dense`)."""
-    a, s, cp, b = ctx.arch, ctx.seq, ctx.cp, ctx.mbs
+    """(forward, backward) ms of the attention core on one rank, its layers' `spans` (`ModelShape.spans_dense`)."""
+    a, s, cp, b = ctx.shape, ctx.seq, ctx.cp, ctx.mbs
     if ctx.flash:
-        flops = 2 * b * heads * s / cp * attended_keys(spans, s) * (a.qk_dim + a.v_dim)  # QK^T and PV
+        flops = 2 * b * heads * s / cp * attended_keys(spans, s) * (a.qk_dim + a.v_head_dim)  # QK^T and PV
         lat = ctx.c.gemm_latency_us * 1e-3
         return flops / ctx.attn_rate + lat, FA_BWD * flops / ctx.attn_rate + 2 * lat
     g = ctx.gemm.gemm_ms
     sq, batch = s // cp, max(1, int(b * heads))
-    fwd = g(sq, s, a.qk_dim, HALF, batch) + g(sq, a.v_dim, s, HALF, batch)
+    fwd = g(sq, s, a.qk_dim, HALF, batch) + g(sq, a.v_head_dim, s, HALF, batch)
     bwd = (g(sq, a.qk_dim, s, HALF, batch) + g(s, a.qk_dim, sq, HALF, batch)
-           + g(s, a.v_dim, sq, HALF, batch) + g(sq, s, a.v_dim, HALF, batch))
+           + g(s, a.v_head_dim, sq, HALF, batch) + g(sq, s, a.v_head_dim, HALF, batch))
     scores = b * heads * sq * s  # the full s x s matrix is materialised (masked, not skipped)
-    drop = 5.0 if a.dropout else 0.0  # attention dropout: read + write + 1-byte mask
-    return fwd + (4.0 + drop) * scores / ctx.hbm, bwd + (6.0 + drop) * scores / ctx.hbm
+    drop = ATTN_DROPOUT_BYTES if a.dropout else 0.0
+    return fwd + (SOFTMAX_FWD_BYTES + drop) * scores / ctx.hbm, bwd + (SOFTMAX_BWD_BYTES + drop) * scores / ctx.hbm
 
 
 def _cp_ring(ctx: Ctx, w: Builder, heads: float, core_f: float, core_b: float) -> None:
     """K/V ring exchange over CP, overlapped with the attention core it feeds."""
     if ctx.cp == 1:
         return
-    a = ctx.arch
-    width = heads * (a.qk_dim + a.v_dim) if a.mla else 2 * max(1.0, a.groups / ctx.tp) * a.qk_dim
+    a = ctx.shape
+    width = heads * (a.qk_dim + a.v_head_dim) if a.mla else 2 * max(1.0, a.groups / ctx.tp) * a.qk_dim
     chunk = ctx.tokens * width * E_BYTES
     inter = ctx.tp * ctx.cp > ctx.gpus_per_node
     step = ctx.net.p2p(chunk, inter)
@@ -136,22 +146,22 @@ def _cp_ring(ctx: Ctx, w: Builder, heads: float, core_f: float, core_b: float) -
 
 def _norms_residuals(ctx: Ctx, w: Builder) -> None:
     """Two norms and two residual adds (GPT-style: fused bias-dropout-add with a 1-byte mask)."""
-    n = ctx.sp_tokens * ctx.arch.h
+    n = ctx.sp_tokens * ctx.shape.h
     norms = 2 * (2 * E_BYTES)  # read input, write output, per norm
-    per = norms + 2 * (3 * E_BYTES + (1 if ctx.arch.dropout else 0))
+    per = norms + 2 * (3 * E_BYTES + (1 if ctx.shape.dropout else 0))
     w.add(ELEM, per * n / ctx.hbm, 2 * per * n / ctx.hbm)
     w.tag("layernorm", norms * n / ctx.hbm)
 
 
 def _activation(ctx: Ctx, w: Builder, tokens: float, width: float) -> None:
     """SwiGLU (read gate + up, write) or GeLU (read, write) over `tokens` x `width`."""
-    bytes_ = (3 if ctx.arch.gated == 2 else 2) * E_BYTES * tokens * width
+    bytes_ = (3 if ctx.shape.gated == 2 else 2) * E_BYTES * tokens * width
     w.add(ELEM, bytes_ / ctx.hbm, 2 * bytes_ / ctx.hbm)
 
 
 def _mlp(ctx: Ctx, w: Builder, ffn: int) -> None:
     """A TP-sharded MLP on all T tokens (dense MLP or shared experts)."""
-    a, T, dtype = ctx.arch, ctx.tokens, ctx.linear_dtype()
+    a, T, dtype = ctx.shape, ctx.tokens, ctx.linear_dtype()
     _linear(ctx, w, T, a.gated * ffn / ctx.tp, a.h, dtype)
     _linear(ctx, w, T, a.h, ffn / ctx.tp, dtype)
     _activation(ctx, w, T, ffn / ctx.tp)
@@ -161,17 +171,18 @@ def _experts(ctx: Ctx, w: Builder) -> None:
     """Router, dispatch, grouped expert GEMMs at balanced load, combine.
 
     Each rank routes its Tm (SP-sharded) tokens to top-k experts. Balanced, the EP group receives
-    Tm·k token copies per rank; a rank holds E/EP experts, each split ETP ways, so it runs Tm·k·ETP
+    Tm·k token copies per rank (k = `routed_mean`: fewer under a capacity factor below 1, which drops);
+    a rank holds E/EP experts, each split ETP ways, so it runs Tm·k·ETP
     tokens through experts of width ffn/ETP: the same FLOPs as Tm·k tokens through whole experts.
     """
-    a, Tm, dtype = ctx.arch, ctx.sp_tokens, ctx.linear_dtype()
+    a, Tm, dtype = ctx.shape, ctx.sp_tokens, ctx.linear_dtype()
     start = w.forward_ms()
     _linear(ctx, w, Tm, a.experts, a.h, HALF)  # router
-    route = Tm * a.experts * 4 * 4  # fp32 softmax / top-k
-    permute = 2 * (Tm * a.h + Tm * a.topk * a.h) * E_BYTES  # permute + unpermute
+    route = Tm * a.experts * ROUTER_PASSES * FP32_BYTES  # fp32 softmax / top-k
+    permute = 2 * (Tm * a.h + Tm * a.routed_mean * a.h) * E_BYTES  # permute + unpermute
     w.add(ELEM, (route + permute) / ctx.hbm, (route + permute) / ctx.hbm)
     local = max(1, a.experts // ctx.ep)
-    rows = Tm * a.topk * ctx.etp
+    rows = Tm * a.routed_mean * ctx.etp
     _grouped(ctx, w, rows / local, a.gated * a.expert_ffn / ctx.etp, a.h, local, dtype)
     _grouped(ctx, w, rows / local, a.h, a.expert_ffn / ctx.etp, local, dtype)
     act_start = w.forward_ms()
@@ -181,11 +192,11 @@ def _experts(ctx: Ctx, w: Builder) -> None:
         t = 2 * ctx.net.reduce_scatter(rows * a.h * E_BYTES, ctx.etp, 1) * ctx.c.tp_exposed
         w.add(TP, t, t)
     if ctx.deepep:
-        one = ctx.net.deepep(Tm * a.h * E_BYTES, a.topk, ctx.ep, ctx.etp)
+        one = ctx.net.deepep(Tm * a.h * E_BYTES, a.routed_mean, ctx.ep, ctx.etp)
     elif ctx.allgather:  # every rank gathers all EP ranks' tokens, combine reduce-scatters them back
         one = ctx.net.reduce_scatter(Tm * a.h * E_BYTES * ctx.ep, ctx.ep, ctx.etp)
     else:
-        one = ctx.net.all_to_all(Tm * a.topk * a.h * E_BYTES, ctx.ep, ctx.etp)
+        one = ctx.net.all_to_all(Tm * a.routed_mean * a.h * E_BYTES, ctx.ep, ctx.etp)
     a2a = 2 * one  # dispatch + combine
     w.add(EP, a2a, a2a)
     sync = ctx.c.moe_overhead_us * 1e-3
@@ -208,7 +219,8 @@ def _fsdp(ctx: Ctx, w: Builder, params: tuple[float, float]) -> None:
         return
     dense, expert = params
     net, g = ctx.net, ctx.grad_bytes
-    gather = net.all_gather(dense * 2, ctx.fsdp, ctx.tp) + net.all_gather(expert * 2, ctx.fsdp_expert, ctx.etp * ctx.ep)
+    gather = (net.all_gather(dense * BF16_BYTES, ctx.fsdp, ctx.tp)
+              + net.all_gather(expert * BF16_BYTES, ctx.fsdp_expert, ctx.etp * ctx.ep))
     scatter = (net.reduce_scatter(dense * g, ctx.fsdp, ctx.tp)
                + net.reduce_scatter(expert * g, ctx.fsdp_expert, ctx.etp * ctx.ep))
     busy_f, busy_b = sum(w.f), sum(w.b) + sum(w.w)
@@ -237,18 +249,18 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     _norms_residuals(ctx, w)
     if moe:
         _experts(ctx, w)
-        if ctx.arch.shared_ffn:
+        if ctx.shape.shared_ffn:
             start, before = w.forward_ms(), w.gemm()
-            _mlp(ctx, w, ctx.arch.shared_ffn)
+            _mlp(ctx, w, ctx.shape.shared_ffn)
             gemm = tuple(a + b - c for a, b, c in zip(gemm, w.gemm(), before))
             w.tag("shared_experts", w.forward_ms() - start)
             w.tag("moe", w.forward_ms() - start)
-        _tp_collectives(ctx, w, 1 + (1 if ctx.arch.shared_ffn else 0), gemm)
+        _tp_collectives(ctx, w, 1 + (1 if ctx.shape.shared_ffn else 0), gemm)
         if ctx.ep_overlap:
             _ep_overlap(ctx, w)
     else:
         start, before = w.forward_ms(), w.gemm()
-        _mlp(ctx, w, ctx.arch.ffn)
+        _mlp(ctx, w, ctx.shape.ffn)
         gemm = tuple(a + b - c for a, b, c in zip(gemm, w.gemm(), before))
         w.tag("mlp", w.forward_ms() - start)
         _tp_collectives(ctx, w, 2, gemm)
@@ -261,8 +273,8 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
 def embedding(ctx: Ctx) -> Work:
     """Vocab-parallel lookup (+ its TP reduction) and the gradient scatter-add."""
     w = Builder()
-    n = ctx.tokens * ctx.arch.h
-    w.add(ELEM, 2 * n * E_BYTES / ctx.hbm, n * (E_BYTES + 8) / ctx.hbm)
+    n = ctx.tokens * ctx.shape.h
+    w.add(ELEM, 2 * n * E_BYTES / ctx.hbm, n * EMBEDDING_GRAD_BYTES / ctx.hbm)
     one = _tp_one(ctx)  # SP: reduce-scatter forward, all-gather backward; else all-reduce forward
     if ctx.sp:
         w.add(TP, one, one)
@@ -274,7 +286,7 @@ def embedding(ctx: Ctx) -> Work:
 @lru_cache(maxsize=4096)
 def output_head(ctx: Ctx) -> Work:
     """Final norm, vocab-parallel logits GEMM (BF16 also under FP8) and the cross-entropy loss."""
-    a, T = ctx.arch, ctx.tokens
+    a, T = ctx.shape, ctx.tokens
     w = Builder()
     n = ctx.sp_tokens * a.h
     w.add(ELEM, 2 * E_BYTES * n / ctx.hbm, 4 * E_BYTES * n / ctx.hbm)
@@ -283,7 +295,7 @@ def output_head(ctx: Ctx) -> Work:
         w.add(TP, one, one)
     else:
         w.add(TP, 0.0, 2 * one)
-    vocab = a.vocab / ctx.tp
+    vocab = padded_vocab(a.vocab, ctx.tp) / ctx.tp  # the output layer runs over the padded vocabulary
     _linear(ctx, w, T, vocab, a.h, HALF)
     fwd, bwd = LOSS_BYTES[ctx.ce_fusion]
     w.add(ELEM, fwd * T * vocab / ctx.hbm, bwd * T * vocab / ctx.hbm)
@@ -295,7 +307,7 @@ def output_head(ctx: Ctx) -> Work:
 def mtp_module(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     """One multi-token-prediction module: embedding, two norms, the 2h->h projection, one
     transformer layer and its own output head (DeepSeek-V3 §2.2)."""
-    a = ctx.arch
+    a = ctx.shape
     w = Builder()
     _linear(ctx, w, ctx.tokens, a.h / ctx.tp, 2 * a.h, ctx.linear_dtype())
     n = ctx.sp_tokens * a.h

@@ -1,7 +1,8 @@
-"""Parameter counts held by one GPU, per layer type and for the embedding / output / MTP blocks.
+"""Parameter counts held by one GPU, per layer type and for the embedding / output / MTP blocks: the one
+count memory (weights, gradients, optimizer state) and time (DP traffic, optimizer step, FSDP) read.
 
 Counts are per rank after tensor (TP), expert (EP) and expert-tensor (ETP) sharding; data-parallel
-sharding of the optimizer state is applied later (`estimate.py`). Dense parameters (attention, dense
+sharding of the optimizer state is applied by the reader (`memory/estimate.py`, `performance/pipeline.py`). Dense parameters (attention, dense
 MLP, router, shared experts, norms, embeddings) are sharded over TP only; CP does not shard parameters.
 Expert parameters are sharded over EP (whole experts) and ETP (each expert's FFN dimension).
 The layer formulas match Megatron-LM's `compute_weight_and_optimizer_memory` term by term (MLA
@@ -15,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .geometry import Geometry, padded_vocab
+from .model_shape import ModelShape, padded_vocab
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,7 +26,7 @@ class LayerParams:
     linear: float  # weights of GEMM layers (get FP8 copies under FP8 training)
 
 
-def _attention(g: Geometry, tp: int) -> tuple[float, float]:
+def _attention(g: ModelShape, tp: int) -> tuple[float, float]:
     """(all parameters, linear weights) of one attention block on one TP rank, without its norm."""
     h, a = g.h, g.heads
     if g.mla:
@@ -53,7 +54,7 @@ def _attention(g: Geometry, tp: int) -> tuple[float, float]:
     return linear + bias + extra, linear
 
 
-def _mlp(g: Geometry, ffn: int, shard: int) -> tuple[float, float]:
+def _mlp(g: ModelShape, ffn: int, shard: int) -> tuple[float, float]:
     """(all parameters, linear weights) of one MLP with `ffn` hidden units sharded `shard` ways."""
     linear = (g.gated + 1) * g.h * ffn / shard  # fc1 h -> gated*ffn, fc2 ffn -> h
     bias = (g.gated * ffn / shard + g.h) if g.bias else 0.0
@@ -61,7 +62,7 @@ def _mlp(g: Geometry, ffn: int, shard: int) -> tuple[float, float]:
 
 
 @lru_cache(maxsize=4096)
-def layer_params(g: Geometry, tp: int, etp: int, ep: int) -> tuple[LayerParams, LayerParams]:
+def layer_params(g: ModelShape, tp: int, etp: int, ep: int) -> tuple[LayerParams, LayerParams]:
     """(dense layer, MoE layer) parameters on one rank."""
     attn, attn_lin = _attention(g, tp)
     norms = 2 * g.h * g.norm_params  # input_layernorm + pre_mlp_layernorm, replicated over TP
@@ -91,13 +92,14 @@ class EdgeParams:
 
 
 @lru_cache(maxsize=4096)
-def edge_params(g: Geometry, tp: int, etp: int, ep: int, pp: int, seq: int) -> EdgeParams:
+def edge_params(g: ModelShape, tp: int, etp: int, ep: int, piped: bool, seq: int) -> EdgeParams:
+    """Embedding, output, final-norm and MTP parameters on one rank (`piped`: PP > 1)."""
     vp = padded_vocab(g.vocab, tp)
     word = vp * g.h / tp  # vocab-parallel embedding
     embedding = word + (seq * g.h if g.learned_positions else 0.0)  # positions: max_position = seq
     # Untied: the output layer is its own weight. Tied: with PP>1 Megatron keeps a copy of the word
     # embedding on the last stage (synchronised through the embedding group); with PP=1 it is shared.
-    output = word if (g.untied or pp > 1) else 0.0
+    output = word if (g.untied or piped) else 0.0
     final_norm = g.h * g.norm_params
     mtp = LayerParams(0.0, 0.0, 0.0)
     mtp_embedding = 0.0
@@ -112,5 +114,5 @@ def edge_params(g: Geometry, tp: int, etp: int, ep: int, pp: int, seq: int) -> E
         mtp = LayerParams(n * (body.dense + extra), n * body.expert, n * (body.linear + eh_proj))
         # The MTP block embeds the shifted tokens itself: with PP>1 the last stage builds an embedding;
         # tied models reuse the output copy already there.
-        mtp_embedding = word if (pp > 1 and g.untied) else 0.0
+        mtp_embedding = word if (piped and g.untied) else 0.0
     return EdgeParams(embedding, output, final_norm, mtp, mtp_embedding)

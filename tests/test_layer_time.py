@@ -1,0 +1,90 @@
+"""One dense layer's time terms on an H100, derived by hand from the model's stated rules (the module
+docstrings of oracle/performance/gemm.py and layers.py) and the fitted hopper constants, like the
+memory tests derive Korthikanti's terms: Llama-3-8B (h 4096, 32 heads, 8 KV groups of 128, SwiGLU MLP
+14336, RMSNorm, RoPE, no dropout, no biases), TP 1, CP 1, MBS 1, seq 4096, flash attention, BF16."""
+
+from __future__ import annotations
+
+from math import ceil
+
+import pytest
+
+from oracle.catalog import gpu, model_card
+from oracle.layout import layout_facts
+from oracle.model_shape import model_shape
+from oracle.performance.calibration import constants
+from oracle.performance.layers import transformer_layer
+from oracle.performance.pipeline import block_weights, layer_context
+from oracle.performance.work import ATTN, ELEM, GEMM, OVH, TP
+from oracle.specs import ClusterSpec, ModelArch, TrainingArgs, Workload
+
+H100 = gpu("h100-sxm")
+C = constants(H100)
+T = 4096  # tokens of the micro-batch on the rank: MBS 1 x seq 4096 / CP 1
+H, HEADS, GROUPS, HEAD, FFN = 4096, 32, 8, 128, 14336
+
+
+def _gemm(m: int, n: int, k: int) -> float:
+    """ms of one BF16 GEMM of these shapes by the roofline's rule. Every m and n below is a multiple of
+    256, so a 256x128 tile (relative efficiency 1) covers the output in m·n/32768 tiles; the 128x128
+    tile (0.9) needs twice the tiles, e.g. 1024 for 4096x4096, 8 waves of 16384/0.9 against 4 of 32768,
+    and never wins. The tiles run in waves over the 132 SMs, each tile 2·256·128·(K + 256 prologue
+    steps) FLOPs at gemm_eff of the dense BF16 peak per SM. Compute dominates the HBM traffic for
+    all of them (the worst, fc1's data-grad 4096x4096x28672, moves 0.50 GB: 0.21 ms against 1.64 ms)."""
+    waves = ceil(m * n / (256 * 128) / H100.num_sms)
+    per_sm = H100.bf16_tflops * 1e12 * C.gemm_eff / H100.num_sms  # FLOP/s
+    return waves * 2 * 256 * 128 * (k + C.gemm_k_overhead) / per_sm * 1e3 + C.gemm_latency_us * 1e-3
+
+
+def _layer():
+    model = ModelArch(**model_card("llama3-8b"))
+    training = TrainingArgs(seq_length=4096, global_batch_size=8, micro_batch_size=1, tensor_model_parallel_size=1,
+                            use_flash_attn=True, sequence_parallel=False)
+    cfg = Workload(name="l8", model=model, training=training).effective()
+    cluster = ClusterSpec(name="h100", num_nodes=1, gpus_per_node=8, gpu=H100, hbm_capacity_gb=80)
+    ctx = layer_context(model_shape(model), cfg, cluster, C, layout_facts(model, cfg, cluster.world_size))
+    return transformer_layer(ctx, False, block_weights(ctx.shape, 1, 1, 1, False, 4096)[0])
+
+
+def test_the_model_card_is_the_layer_the_derivation_assumes():
+    a = model_shape(ModelArch(**model_card("llama3-8b")))
+    assert (a.h, a.heads, a.groups, a.head_dim, a.ffn, a.gated) == (H, HEADS, GROUPS, HEAD, FFN, 2)
+    assert a.rms and a.rotary and not a.dropout and not a.bias and not a.qk_norm
+
+
+def test_gemm_terms_of_one_dense_layer():
+    work = _layer()
+    qkv_n = (HEADS + 2 * GROUPS) * HEAD  # 6144: Q plus K and V of 8 groups
+    # (m, n, k) of each linear's forward; its data-grad is (m, k, n) and its weight-grad (k, n, m)
+    linears = [(T, qkv_n, H), (T, H, HEADS * HEAD), (T, 2 * FFN, H), (T, H, FFN)]  # QKV, out, fc1, fc2
+    assert work.f[GEMM] == pytest.approx(sum(_gemm(m, n, k) for m, n, k in linears), rel=1e-12)
+    assert work.b[GEMM] == pytest.approx(sum(_gemm(m, k, n) for m, n, k in linears), rel=1e-12)
+    assert work.w[GEMM] == pytest.approx(sum(_gemm(k, n, m) for m, n, k in linears), rel=1e-12)
+    # by hand: QKV forward 6 waves (768 tiles), fc1 forward 28 waves (3584 tiles)
+    assert _gemm(T, qkv_n, H) == pytest.approx(
+        6 * 2 * 32768 * 4352 / (989.4e12 * C.gemm_eff / 132) * 1e3 + 0.004, rel=1e-12)
+
+
+def test_attention_core_elementwise_and_overhead_terms_of_one_dense_layer():
+    work = _layer()
+    # flash attention, causal: each query attends s/2 = 2048 keys on average; QK^T and PV over
+    # qk 128 + v 128 per head; backward 2.5x; one kernel latency forward, two backward
+    flops = 2 * 1 * HEADS * 4096 * 2048 * (HEAD + HEAD)
+    rate = H100.bf16_tflops * 1e9 * C.attn_eff  # FLOPs per ms
+    lat = C.gemm_latency_us * 1e-3
+    assert (work.f[ATTN], work.b[ATTN]) == pytest.approx((flops / rate + lat, 2.5 * flops / rate + 2 * lat), rel=1e-12)
+    hbm = H100.hbm_tb_s * 1e9 * C.hbm_eff  # bytes per ms
+    # forward HBM traffic, 2-byte elements: rotary reads and writes Q and K and V's width (48 heads x 128)
+    # once, 2·2 B; two RMSNorms read + write (2·4 B) and two residual adds read two, write one (2·6 B)
+    # over T x h; SwiGLU reads gate and up and writes one (3·2 B) over T x ffn
+    rotary = T * (HEADS + 2 * GROUPS) * HEAD
+    norms_residuals = T * H * (2 * 4 + 2 * 6)
+    swiglu = 3 * 2 * T * FFN
+    assert work.f[ELEM] == pytest.approx((2 * 2 * rotary + norms_residuals + swiglu) / hbm, rel=1e-12)
+    # backward: twice the rotary traffic pair (grad in, grad out of each), twice the norm/residual and
+    # activation traffic
+    assert work.b[ELEM] == pytest.approx((4 * 2 * rotary + 2 * norms_residuals + 2 * swiglu) / hbm, rel=1e-12)
+    assert work.w[ELEM] == 0.0
+    o = C.layer_overhead_us * 1e-3
+    assert (work.f[OVH], work.b[OVH]) == pytest.approx((o, 2 * o), rel=1e-12)
+    assert work.f[TP] == work.b[TP] == 0.0  # TP 1: no collectives
