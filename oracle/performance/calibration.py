@@ -22,7 +22,7 @@ _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
 class Constants:
     """Everything the time model reads besides the hardware: fitted per family, priors shared."""
 
-    # fitted per family (scripts/fit_calibration.py)
+    # fitted per family (calibration/fit.py)
     gemm_eff: float  # fraction of the BF16/FP16 dense peak a large full-wave GEMM reaches
     fp8_gemm_eff: float  # fraction of the FP8 dense peak a large full-wave FP8 GEMM reaches
     origami_eff: float  # fraction of Origami's predicted GEMM speed reached in training (AMD only)

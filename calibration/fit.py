@@ -8,26 +8,24 @@ The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four
 roofline constants with the roofline forced, then, with attention fixed, Origami's efficiency with
 Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell has
 no rows and takes hopper's values. Writes oracle/performance/calibration.yaml and prints the
-error table (benchmarks/accuracy.py). Usage: .venv/bin/python scripts/fit_calibration.py [--check]
+error table (benchmarks/accuracy.py). Usage, from the repository root:
+.venv/bin/python -m calibration.fit [--check]
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from oracle.catalog import gpu as catalog_gpu
+from oracle.performance import calibration
+from oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted
+from oracle.performance.gemm_origami import origami_available
 
-from calibration.report import throughput_report as report  # noqa: E402
-
-from calibration.rows import Row, load_rows, order_pairs, project  # noqa: E402
-from oracle.catalog import gpu as catalog_gpu  # noqa: E402
-from oracle.performance import calibration  # noqa: E402
-from oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted  # noqa: E402
-from oracle.performance.gemm_origami import origami_available  # noqa: E402
+from .report import throughput_report as report
+from .rows import Row, load_rows, order_pairs, project
 
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
 # see keeps its current value
@@ -138,7 +136,7 @@ def _reload(data: dict) -> None:
 
 
 def _dump(data: dict) -> str:
-    head = ("# Fitted by scripts/fit_calibration.py on calibration/data/throughput.csv and\n"
+    head = ("# Fitted by calibration/fit.py on calibration/data/throughput.csv and\n"
             "# calibration/data/extra_throughput.csv. families: fitted per GPU family (cdna3 and cdna4\n"
             "# fitted together; blackwell has no rows and copies hopper). global: fitted on all MoE rows.\n"
             "# priors: physical, not fitted.\n")
