@@ -7,7 +7,8 @@ calibration/data/extra_throughput.csv; unknown knobs are tuned per row (calibrat
 The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four rows), twice: the
 roofline constants with the roofline forced, then, with attention fixed, Origami's efficiency with
 Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell has
-no rows and takes hopper's values. Writes oracle/performance/calibration.yaml and prints the
+no rows and takes hopper's values. Writes oracle/performance/calibration.yaml (`fitted:` apart from
+`held:`, which the fit never changes) and prints the
 error table (benchmarks/accuracy.py). Usage, from the repository root:
 .venv/bin/python -m calibration.fit [--check]
 """
@@ -37,7 +38,7 @@ GROUPS = {
     "moe": (("ampere", "hopper", "blackwell", "cdna3", "cdna4"), ("moe_overhead_us",), {}),
 }
 ROUNDS = 2  # the groups share rows (MoE rows see their family's constants and the MoE overhead)
-COPIES = {"blackwell": "hopper"}  # families without rows
+COPIES = {"blackwell": "hopper"}  # families without rows (held.copied in calibration.yaml)
 BOUNDS = {
     "gemm_eff": (0.4, 0.95), "fp8_gemm_eff": (0.3, 0.95), "attn_eff": (0.2, 0.9),
     "tp_exposed": (0.0, 1.0), "layer_overhead_us": (0.0, 300.0), "origami_eff": (0.4, 1.2),
@@ -99,55 +100,114 @@ def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...]
     return values
 
 
+def fitted_names(family: str) -> tuple[str, ...]:
+    """The per-family constants some group fits for this family (the rest are held)."""
+    return tuple(n for n in FITTED if n not in GLOBAL_FITTED and any(
+        family in fams and n in names for fams, names, _ in GROUPS.values()))
+
+
+def group_rows(rows: list[Row], group: str) -> list[Row]:
+    """The rows one group is fitted on: its families' rows (the MoE group: those with EP > 1)."""
+    members = [r for r in rows if family_of_row(r) in GROUPS[group][0]]
+    return [r for r in members if r.ep > 1] if group == "moe" else members
+
+
 def main() -> None:
     rows = load_rows()
     if "--check" in sys.argv:
         report(rows)
         return
     data = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
-    data["calibrated_gpus"] = sorted({r.gpu for r in rows})  # GPUs with published rows in the fit
+    fitted = data["fitted"]
+    fitted["calibrated_gpus"] = sorted({r.gpu for r in rows})  # GPUs with published rows in the fit
     for _ in range(ROUNDS):
         for group, (families, names, held) in GROUPS.items():
             if group == "amd-origami" and not origami_available():
                 print(group, "skipped: rocm-origami is not installed; origami_eff kept")
                 continue
-            members = [r for r in rows if family_of_row(r) in families]
-            if group == "moe":
-                members = [r for r in members if r.ep > 1]
-            values = fit_group(members, families, names, held)
+            values = fit_group(group_rows(rows, group), families, names, held)
             print(group, {k: round(v, 4) for k, v in values.items()}, flush=True)
             for k, v in values.items():
                 for fam in ([] if k in GLOBAL_FITTED else families):
-                    data["families"][fam][k] = round(v, 4)
+                    fitted["families"][fam][k] = round(v, 4)
                 if k in GLOBAL_FITTED:
-                    data["global"][k] = round(v, 4)
-            _reload(data)
-    for fam, src in COPIES.items():
-        data["families"][fam] = dict(data["families"][src])
-    CALIBRATION_FILE.write_text(_dump(data), encoding="utf-8")
+                    fitted["global"][k] = round(v, 4)
+            _reload(data, rows)
+    CALIBRATION_FILE.write_text(_dump(data, rows), encoding="utf-8")
     report(rows)
 
 
-def _reload(data: dict) -> None:
+def _reload(data: dict, rows: list[Row]) -> None:
     """Make the constants fitted so far the ones later groups and the report see."""
-    CALIBRATION_FILE.write_text(_dump(data), encoding="utf-8")
+    CALIBRATION_FILE.write_text(_dump(data, rows), encoding="utf-8")
     calibration._load.cache_clear()
+    calibration.families.cache_clear()
     constants_for.cache_clear()
 
 
-def _dump(data: dict) -> str:
-    head = ("# Fitted by calibration/fit.py on calibration/data/throughput.csv and\n"
-            "# calibration/data/extra_throughput.csv. families: fitted per GPU family (cdna3 and cdna4\n"
-            "# fitted together; blackwell has no rows and copies hopper). global: fitted on all MoE rows.\n"
-            "# priors: physical, not fitted.\n")
-    fams = "\n".join(f"  {k}: {{{', '.join(f'{n}: {v[n]}' for n in FITTED)}}}" for k, v in data["families"].items())
-    glob = "\n".join(f"  {k}: {v}" for k, v in data["global"].items())
-    priors = "\n".join(f"  {k}: {v}" for k, v in data["priors"].items())
-    copied = "\n".join(f"  {k}: {v}" for k, v in COPIES.items())
-    rows = ", ".join(data["calibrated_gpus"])
-    return (f"{head}families:\n{fams}\ncopied:\n{copied}\n"
-            f"# GPUs with published rows in the fit (others take their family's constants: uncalibrated)\n"
-            f"calibrated_gpus: [{rows}]\nglobal:\n{glob}\npriors:\n{priors}\n")
+# Why each held value is held: the priors (one line each) and the per-family constants no group fits.
+PRIOR_NOTES = {
+    "gemm_model": "a setting: Origami where installed and it knows the GPU, else the roofline (gemm.py)",
+    "hbm_eff": "assumed fraction of HBM bandwidth memory-bound kernels reach; no source recorded",
+    "link_eff": "assumed bus-bandwidth fraction of a link for a large collective; no source recorded",
+    "alpha_intra_us": "assumed latency per collective step inside a node; no source recorded",
+    "alpha_inter_us": "assumed latency per collective step across nodes; no source recorded",
+    "a2a_peer_us": "assumed per-remote-peer cost of an NCCL all-to-all message; no source recorded",
+    "deepep_eff": "assumed fraction of NIC bandwidth DeepEP's RDMA path reaches; no source recorded",
+    "gemm_latency_us": "assumed fixed cost of one GEMM kernel launch; no source recorded",
+    "gemm_k_overhead": "assumed per-tile prologue/epilogue in K steps (gemm.py); no source recorded",
+    "grad_bucket_params": ("megatron-core DistributedDataParallelConfig.bucket_size default "
+                           "max(40M, 1M x DP): its 40M floor"),
+    "overlap_cost": ("assumed compute lost per ms of traffic hidden behind it (TP/EP overlap, FSDP "
+                     "prefetch share it); no source recorded"),
+}
+HELD_NOTES = {  # per-family constant -> why no group fits it there
+    "fp8_gemm_eff": "never read: the family's GPUs have no FP8 peak (fp8_tflops null)",
+    "origami_eff": "never read: Origami serves AMD GPUs only",
+    "attn_eff": "not in this family's group: kept at its starting value",
+    "tp_exposed": "not in this family's groups (four rows): kept at its starting value",
+    "layer_overhead_us": "not in this family's groups (four rows): kept at its starting value",
+}
+
+
+def _flow(values: dict) -> str:
+    return "{" + ", ".join(f"{k}: {v}" for k, v in values.items()) + "}"
+
+
+def _dump(data: dict, rows: list[Row]) -> str:
+    """calibration.yaml: `fitted` (what the fit chose, and on what) apart from `held` (what it does not
+    touch, each with its source or reason)."""
+    fitted, held = data["fitted"], data["held"]
+    out = ["# Written by `python -m calibration.fit` (calibration/fit.py) on calibration/data/throughput.csv",
+           "# and calibration/data/extra_throughput.csv. fitted: the values the fit chose and what each was",
+           "# fitted on. held: the values it does not touch, each with its source or reason.",
+           "fitted:",
+           "  # GPUs with published rows in the fit (others take their family's constants: uncalibrated)",
+           f"  calibrated_gpus: [{', '.join(fitted['calibrated_gpus'])}]",
+           "  # per GPU family, the constants its groups fit (cdna3 and cdna4 fitted together)",
+           "  families:"]
+    for fam, values in fitted["families"].items():
+        out.append(f"    {fam}: {_flow({n: values[n] for n in fitted_names(fam)})}")
+    out += ["  # fitted across families on every MoE row (EP > 1)", "  global:"]
+    out += [f"    {k}: {v}" for k, v in fitted["global"].items()]
+    out += ["  # each group: its families, the constants it fits, settings held during its fit, its rows",
+            "  fitted_on:"]
+    for group, (families, names, settings) in GROUPS.items():
+        members = group_rows(rows, group)
+        out.append(f"    {group}: {{families: [{', '.join(families)}], constants: [{', '.join(names)}], "
+                   f"settings: {_flow(settings)}, rows: {len(members)}, "
+                   f"gpus: [{', '.join(sorted({r.gpu for r in members}))}]}}")
+    out += ["held:",
+            "  # families without published rows take a fitted family's values (uncalibrated)",
+            "  copied:"]
+    out += [f"    {k}: {v}" for k, v in COPIES.items()]
+    out += ["  # per-family constants no group fits for that family", "  families:"]
+    for fam, values in held["families"].items():
+        out.append(f"    {fam}:")
+        out += [f"      {k}: {v}  # {HELD_NOTES[k]}" for k, v in values.items()]
+    out += ["  # priors shared by every family, not fitted", "  priors:"]
+    out += [f"    {k}: {v}  # {PRIOR_NOTES[k]}" for k, v in held["priors"].items()]
+    return "\n".join(out) + "\n"
 
 
 if __name__ == "__main__":
