@@ -45,3 +45,20 @@ def test_every_held_value_says_why():
 def test_writer_reproduces_the_committed_file():
     text = CALIBRATION_FILE.read_text(encoding="utf-8")
     assert fit._dump(yaml.safe_load(text), load_rows()) == text
+
+
+def test_memory_rows_read_their_facts_from_columns():
+    """The attention kernel and the model are columns of memory_observed.csv, not ID or name patterns."""
+    import csv
+
+    from calibration.memory_rows import MEMORY_FILE, load_memory_rows
+    from oracle.catalog import model_names
+
+    with MEMORY_FILE.open(newline="", encoding="utf-8") as fh:
+        table = {d["id"]: d for d in csv.DictReader(fh)}
+    for row in load_memory_rows():
+        d = table[row.id]
+        assert d["model"] in model_names() and row.model == d["model"]
+        args = dict(row.args)
+        assert args.get("use_flash_attn", "unset") == {"true": True, "false": False, "": "unset"}[d["use_flash_attn"]]
+    assert {i for i, d in table.items() if d["use_flash_attn"] == "false"} == {"KOR-22B-NONE", "KOR-175B-SEL"}
