@@ -1,6 +1,7 @@
 """Observed per-GPU memory of real Megatron-stack runs (`data/memory_observed.csv`) against the
 product's memory verdict: the projected GiB of the most loaded GPU and whether it fits the row's HBM
-(margin 0). A row's knobs come from its columns and the recipe facts in `data/recipes.csv`."""
+(margin 0). A row's knobs come from its columns (the catalog model, `use_flash_attn` where the source
+states it) and the recipe facts in `data/recipes.csv`; no rule reads a row's ID or model name."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from functools import cache
 from typing import Any
 
 from oracle.catalog import gpu as catalog_gpu
-from oracle.catalog import model_card, model_names
+from oracle.catalog import model_card
 from oracle.evaluate import evaluate_config
 from oracle.performance.work import RECOMPUTE_MODULES
 from oracle.specs import ClusterSpec, EvalResult, ModelArch, TrainingArgs, Workload
@@ -39,13 +40,6 @@ class MemoryRow:
     notes: str
 
 
-def _catalog_model(name: str) -> str:
-    base = re.sub(r"\s*\(.*\)$", "", name).strip()
-    if base in model_names():
-        return base
-    return {"gpt-22b": "gpt-22b-kor"}.get(base, base)
-
-
 def _recompute(d: dict[str, str]) -> dict[str, Any]:
     granularity, detail = d["recompute"], d["recompute_detail"]
     if granularity == "selective":
@@ -62,7 +56,7 @@ def _row(d: dict[str, str]) -> MemoryRow:
     def num(key: str, default: int = 1) -> int:
         return int(d[key]) if d[key].strip() else default
 
-    model = ModelArch(**model_card(_catalog_model(d["model"])))
+    model = ModelArch(**model_card(d["model"]))  # the catalog's name (oracle/catalog/models.yaml)
     args: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
                             for k, (v, _) in recipe_facts().get(d["id"], {}).items() if k in MODELLED}
     args |= {
@@ -84,8 +78,11 @@ def _row(d: dict[str, str]) -> MemoryRow:
                     for v in variants for r in (None, "selective", "full")]
     if model.is_moe:
         args["expert_tensor_parallel_size"] = num("etp")
-    if "unfused attention" in d["other_flags"] or d["model"].startswith("gpt-22b") or d["model"] == "gpt3-175b":
-        args["use_flash_attn"] = False  # Korthikanti et al. 2022 predates flash attention
+    flash = d["use_flash_attn"].strip()  # stated by the row's source (data/README.md); empty: the stack's default
+    if flash:
+        if flash not in ("true", "false"):
+            raise ValueError(f"{d['id']}: use_flash_attn must be true, false or empty, not {flash!r}")
+        args["use_flash_attn"] = flash == "true"
     peak = float(d["peak_gib"]) if d["peak_gib"].strip() else None
     return MemoryRow(d["id"], model.name, GPU_NAMES.get(d["gpu"], d["gpu"]), float(d["hbm_gib"]), num("gpus"),
                      tuple(args.items()), tuple(tuple(v.items()) for v in variants), d["outcome"], peak, d["notes"])
@@ -100,7 +97,7 @@ def load_memory_rows() -> list[MemoryRow]:
 def memory_verdict(row: MemoryRow) -> EvalResult:
     """The product's result for the row with the row's HBM as the cap (margin 0). Knobs the source
     leaves unknown take the fastest legal, fitting variant, as the throughput rows do."""
-    model = ModelArch(**model_card(_catalog_model(row.model)))
+    model = ModelArch(**model_card(row.model))
     g = catalog_gpu(row.gpu)
     per_node = min(8, row.gpus)
     cluster = ClusterSpec(name=row.id, num_nodes=row.gpus // per_node, gpus_per_node=per_node, gpu=g,

@@ -41,7 +41,7 @@ def param_count(est: MemoryEstimate) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------
-# 1. Korthikanti et al. 2022, Fig. 1 (shared/calibration/memory.csv)
+# 1. Korthikanti et al. 2022, Fig. 1 (calibration/data/memory.csv)
 # ---------------------------------------------------------------------------------------------------
 # Table 5 of the paper: global batch size per model (DP = 1, so GBS / MBS micro-batches per iteration).
 KORTHIKANTI_GBS = {"gpt-22b-kor": 4, "gpt3-175b": 64, "mt-nlg-530b": 280, "gpt-1t-kor": 512}

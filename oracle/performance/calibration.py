@@ -1,5 +1,8 @@
 """Calibration constants (calibration.yaml): a few fitted numbers per GPU family, one fitted across
-families (MoE overhead), and physical priors that are not fitted."""
+families (MoE overhead), and held values that are not fitted. The YAML keeps the two apart:
+`fitted:` (per-family values, the global MoE value, the GPUs with rows, what each group was fitted on)
+and `held:` (families that copy a fitted one, per-family constants no group fits, the shared priors),
+each held value with its source or reason. Written by calibration/fit.py."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from ..specs import GPUSpec
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "layer_overhead_us")
 GLOBAL_FITTED = ("moe_overhead_us",)
-# Families without calibration rows borrow the constants of a measured one (stated in the YAML).
+# Families the YAML does not list borrow the constants of a measured one of the same vendor.
 _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
 
 
@@ -22,7 +25,7 @@ _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
 class Constants:
     """Everything the time model reads besides the hardware: fitted per family, priors shared."""
 
-    # fitted per family (scripts/fit_calibration.py)
+    # fitted per family (calibration/fit.py)
     gemm_eff: float  # fraction of the BF16/FP16 dense peak a large full-wave GEMM reaches
     fp8_gemm_eff: float  # fraction of the FP8 dense peak a large full-wave FP8 GEMM reaches
     origami_eff: float  # fraction of Origami's predicted GEMM speed reached in training (AMD only)
@@ -31,7 +34,7 @@ class Constants:
     layer_overhead_us: float  # launches, syncs and small kernels per layer per forward (backward: 2x)
     # fitted across families (on the MoE rows)
     moe_overhead_us: float  # host syncs and small kernels per MoE layer per pass
-    # priors (physical, not fitted)
+    # held priors (not fitted; held.priors in calibration.yaml, each with its source or reason)
     gemm_model: str  # "auto": Origami where installed and it knows the GPU, else the roofline; "roofline"
     hbm_eff: float  # fraction of HBM bandwidth memory-bound kernels reach
     link_eff: float  # fraction of a link's bandwidth a large collective reaches (bus bandwidth)
@@ -50,26 +53,35 @@ def _load() -> dict:
     return yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
 
 
+@cache
+def families() -> dict[str, dict]:
+    """family -> its per-family constants: the fitted ones with the held ones beside them; a family
+    without rows (held.copied) takes the whole set of the family it copies."""
+    data = _load()
+    fitted, held = data["fitted"]["families"], data["held"]
+    out = {fam: {**held["families"].get(fam, {}), **values} for fam, values in fitted.items()}
+    return out | {fam: out[src] for fam, src in held["copied"].items()}
+
+
 def family_of(gpu: GPUSpec) -> str:
     """The calibrated family whose constants this GPU uses."""
-    families = _load()["families"]
-    return gpu.family if gpu.family in families else _VENDOR_FALLBACK.get(gpu.vendor, "hopper")
+    return gpu.family if gpu.family in families() else _VENDOR_FALLBACK.get(gpu.vendor, "hopper")
 
 
 @cache
 def constants_for(family: str) -> Constants:
-    """Constants of one family (fitted values + the shared priors)."""
+    """Constants of one family (fitted values + the held ones)."""
     data = _load()
-    fam = data["families"][family]
-    priors = {k: v if isinstance(v, str) else float(v) for k, v in data["priors"].items()}
-    return Constants(**{k: float(fam[k]) for k in FITTED}, **{k: float(data["global"][k]) for k in GLOBAL_FITTED},
-                     **priors)
+    fam = families()[family]
+    priors = {k: v if isinstance(v, str) else float(v) for k, v in data["held"]["priors"].items()}
+    return Constants(**{k: float(fam[k]) for k in FITTED},
+                     **{k: float(data["fitted"]["global"][k]) for k in GLOBAL_FITTED}, **priors)
 
 
 def calibrated(gpu: GPUSpec) -> bool:
-    """Whether published training rows of this very GPU were in the fit (`calibrated_gpus` in
+    """Whether published training rows of this very GPU were in the fit (`fitted.calibrated_gpus` in
     calibration.yaml); any other GPU runs on its family's, or a borrowed family's, constants."""
-    return gpu.name in _load()["calibrated_gpus"]
+    return gpu.name in _load()["fitted"]["calibrated_gpus"]
 
 
 def constants(gpu: GPUSpec) -> Constants:
