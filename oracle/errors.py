@@ -27,7 +27,7 @@ class InputError(Exception):
         parts = [clip(p, 2 * ECHO) for p in (self.file, self.key) if p]
         return clip(": ".join([*parts, self.message]), LINE)
 
-    def within(self, file: str) -> "InputError":
+    def within(self, file: str) -> InputError:
         """The same error attributed to `file` when it did not yet name one."""
         if self.file is None:
             self.file = file

@@ -11,7 +11,7 @@ from .performance import simulate
 from .performance.calibration import calibrated
 from .performance.uncertainty import uncertainty
 from .pipeline_split import Stage
-from .specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
+from .specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Violation, Workload
 from .specs.trusted import trusted
 
 
@@ -29,6 +29,24 @@ def _stage_layers(stages: tuple[Stage, ...]) -> dict[str, float]:
     return {f"stage_{k}_layers": float(s.decoders) for k, s in enumerate(stages)}
 
 
+_VIOLATIONS: dict[tuple[int, str, int], tuple[Workload, ClusterSpec, tuple[Violation, ...]]] = {}
+_VIOLATIONS_SIZE = 65536
+
+
+def layout_violations(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig) -> list[Violation]:
+    """Every legality rule and search constraint (stack, precision, pinned knobs) `cfg` breaks, empty when
+    legal: checked once per (workload object, layout key, cluster object), so a caller that screens a
+    layout and then scores it does not validate it twice."""
+    key = (id(workload), cfg.key, id(cluster))
+    hit = _VIOLATIONS.get(key)
+    if hit is None:
+        if len(_VIOLATIONS) >= _VIOLATIONS_SIZE:
+            _VIOLATIONS.clear()
+        found = validate(workload.model, cfg, cluster) + rule_violations(search_rules(workload, cluster), cfg)
+        hit = _VIOLATIONS[key] = (workload, cluster, tuple(found))  # the entry keeps the objects (and ids) alive
+    return list(hit[2])
+
+
 def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig, *, performance: bool) -> EvalResult:
     """Legality, then memory, then (when `performance`) the simulated iteration of one layout."""
     config = dict(cfg.__dict__)
@@ -38,7 +56,7 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
     model = workload.model
     facts = layout_facts(model, cfg, world)
     dp = facts.dp
-    violations = validate(model, cfg, cluster) + rule_violations(search_rules(workload, cluster), cfg)
+    violations = layout_violations(workload, cluster, cfg)
     if violations:
         return trusted(EvalResult, {
             "legal": False, "reason": "; ".join(v.message for v in violations), "violations": violations,

@@ -219,7 +219,8 @@ def _overlap_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
         if not (lim.is_moe and c["ep"] > 1):
             out.append(_violation("ep_overlap_ep", "EP all-to-all overlap needs a MoE model with EP>1"))
         if c["moe_token_dispatcher_type"] == "allgather":
-            out.append(_violation("ep_overlap_dispatcher", "EP all-to-all overlap needs the alltoall or flex dispatcher"))
+            out.append(_violation("ep_overlap_dispatcher",
+                                  "EP all-to-all overlap needs the alltoall or flex dispatcher"))
         if c["pp"] > 1 and c["vpp"] == 1:
             out.append(_violation("ep_overlap_vpp", "EP all-to-all overlap with PP>1 needs virtual pipeline stages"))
         elif c["pp"] > 1 and c["pp_schedule"] != "interleaved":
@@ -276,7 +277,8 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
                               "ETP=1 (Primus primus_turbo.py PrimusTurboGroupedLinear)"))
     if c["use_turbo_deepep"] and moe_ep and c["etp"] * c["ep"] not in TURBO_DEEPEP_RANKS:
         out.append(_violation("turbo_deepep_ranks", f"Primus-Turbo DeepEP runs on ETP*EP in "
-                              f"{sorted(TURBO_DEEPEP_RANKS)} ranks, got {c['etp'] * c['ep']} (primus_turbo deep_ep/buffer.py)"))
+                              f"{sorted(TURBO_DEEPEP_RANKS)} ranks, got {c['etp'] * c['ep']} "
+                              "(primus_turbo deep_ep/buffer.py)"))
     if lim.amd and c["moe_token_dispatcher_type"] == "flex" and not c["use_turbo_deepep"]:
         out.append(_violation("flex_rocm", "Megatron's flex dispatcher backends (DeepEP, HybridEP) are CUDA "
                               "libraries; on ROCm the flex path is Primus-Turbo's DeepEP (use_turbo_deepep)"))

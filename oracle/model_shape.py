@@ -58,7 +58,7 @@ class ModelShape:
     learned_positions: bool
     rotary: bool  # RoPE on Q and K
     untied: bool  # separate output-layer weight
-    spans_dense: tuple[tuple[int, int], ...]  # (attention span, layers) of the dense layers: `ModelArch.attention_spans`
+    spans_dense: tuple[tuple[int, int], ...]  # (attention span, layers) of the dense layers (`attention_spans`)
     spans_moe: tuple[tuple[int, int], ...]  # ... of the MoE layers
 
 

@@ -2,8 +2,9 @@
 count memory (weights, gradients, optimizer state) and time (DP traffic, optimizer step, FSDP) read.
 
 Counts are per rank after tensor (TP), expert (EP) and expert-tensor (ETP) sharding; data-parallel
-sharding of the optimizer state is applied by the reader (`memory/estimate.py`, `performance/pipeline.py`). Dense parameters (attention, dense
-MLP, router, shared experts, norms, embeddings) are sharded over TP only; CP does not shard parameters.
+sharding of the optimizer state is applied by the reader (`memory/estimate.py`, `performance/pipeline.py`).
+Dense parameters (attention, dense MLP, router, shared experts, norms, embeddings) are sharded over TP
+only; CP does not shard parameters.
 Expert parameters are sharded over EP (whole experts) and ETP (each expert's FFN dimension).
 The layer formulas match Megatron-LM's `compute_weight_and_optimizer_memory` term by term (MLA
 included) and add what it leaves out: biases (QKV, output, MLP, experts, router: megatron-core 0.16.1

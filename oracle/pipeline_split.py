@@ -209,7 +209,8 @@ def split_outcome(num_layers: int, mtp_layers: int, pp: int, vpp: int | None,
                  for k in range(n)), error
 
 
-def stages_or_spread(num_layers: int, mtp_layers: int, pp: int, vpp: int | None, split: PipelineSplit) -> tuple[Stage, ...]:
+def stages_or_spread(num_layers: int, mtp_layers: int, pp: int, vpp: int | None, split: PipelineSplit
+                     ) -> tuple[Stage, ...]:
     """`split_layers`, or where Megatron refuses the split (or it builds another number of decoders)
     the layers spread over the PP x VPP stages as evenly as possible (the earlier take the remainder),
     so that estimates of an illegal layout stay finite."""

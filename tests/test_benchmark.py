@@ -112,7 +112,7 @@ def test_layers_run_forward_and_backward_with_gradients_everywhere(name, moe, kn
     torch.manual_seed(0)
     layer, x = build_layer(s, "cpu")
     out = layer(x)
-    assert out.shape == x.shape == (s.tokens // s.sp, s.hidden) and out.dtype == torch.bfloat16
+    assert out.shape == x.shape == (s.tokens // s.sp, s.h) and out.dtype == torch.bfloat16
     out.float().square().mean().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all() and x.grad.abs().sum() > 0
     for pname, p in layer.named_parameters():

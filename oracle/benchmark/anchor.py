@@ -150,8 +150,8 @@ def evaluate_with_benchmark(workload: Workload, cluster: ClusterSpec,
         figures |= _layer_figures(shape.kind, m, p)
         if progress:
             how = "cached" if cached else f"measured on {label}"
-            progress(done, len(kinds), f"{shape.kind} layer ({how}): fwd {m['fwd_ms']:.3f} ms, bwd {m['bwd_ms']:.3f} ms, "
-                                       f"activations {m['act_bytes'] / MIB:.2f} MiB")
+            progress(done, len(kinds), f"{shape.kind} layer ({how}): fwd {m['fwd_ms']:.3f} ms, "
+                                       f"bwd {m['bwd_ms']:.3f} ms, activations {m['act_bytes'] / MIB:.2f} MiB")
     if device == "cuda" and cluster.benchmark_gpus > 1 and cfg.tp > 1:
         try:
             figures |= _collectives(workload.model, cfg, cluster, label, cache)

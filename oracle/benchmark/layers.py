@@ -1,7 +1,8 @@
 """Torch modules for one transformer layer of each kind the oracle models, at one rank's shapes.
 
 Dense: GQA attention (SDPA, full causal even where the model has a sliding window or chunks: SDPA has
-no window, and `analytic.project_layer` compares against full attention too) and a SwiGLU (or GeLU) MLP; MoE: the same attention, a
+no window, and `analytic.project_layer` compares against full attention too) and a SwiGLU (or GeLU)
+MLP; MoE: the same attention, a
 router with top-k, expert GEMMs over the rank's experts at balanced load and shared experts; either
 with MLA attention (DeepSeek: low-rank Q and KV projections, decoupled rotary). BF16 weights and
 activations; tokens flow as [tokens, hidden] rows, sharded over TP outside the TP region under SP.

@@ -97,6 +97,7 @@ def tiny_layout(model: ModelArch, cfg: EffectiveConfig) -> tuple[ModelArch, Effe
         experts = cfg.ep * min(2, model.num_experts // cfg.ep)
         update |= {"num_experts": experts, "moe_router_topk": min(model.moe_router_topk, experts),
                    "moe_ffn_hidden_size": 32 * cfg.etp,
-                   "moe_shared_expert_intermediate_size": 32 * tp if model.moe_shared_expert_intermediate_size else None}
+                   "moe_shared_expert_intermediate_size":
+                       32 * tp if model.moe_shared_expert_intermediate_size else None}
     fields = {**cfg.model_dump(), "mbs": 1, "seq_length": cfg.cp * 16 * max(4, tp)}
     return model.model_copy(update=update), EffectiveConfig.model_construct(**fields)

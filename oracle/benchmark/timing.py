@@ -63,7 +63,8 @@ def measure_layer(shape: LayerShape, device: str) -> dict[str, float | None]:
             return _measure(shape, device)
         except torch.OutOfMemoryError as exc:
             torch.cuda.empty_cache()
-            raise BenchmarkUnavailable(f"one {shape.kind} layer at these shapes does not fit this GPU ({exc})") from None
+            raise BenchmarkUnavailable(
+                f"one {shape.kind} layer at these shapes does not fit this GPU ({exc})") from None
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -11,8 +11,9 @@ sliding-window and chunked attention, hybrid (Mamba) models, model types it does
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import InputError
 from .read_guard import guarded

@@ -44,6 +44,7 @@ from .constants import (
     TOKEN_ID_BYTES,
 )
 
+
 @dataclass(frozen=True, slots=True)
 class LayerActs:
     dense: float  # full stored activations of a dense layer, bytes per token

@@ -193,5 +193,6 @@ def _sharding(c: dict) -> tuple[bool, bool, bool]:
         return True, True, True
     if c["use_megatron_fsdp"]:
         strategy = c["data_parallel_sharding_strategy"]
-        return strategy == "optim_grads_params", strategy in ("optim_grads", "optim_grads_params"), strategy != "no_shard"
+        return (strategy == "optim_grads_params", strategy in ("optim_grads", "optim_grads_params"),
+                strategy != "no_shard")
     return False, False, c["use_distributed_optimizer"]

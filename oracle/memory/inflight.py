@@ -2,7 +2,8 @@
 
 The PP x VPP chunks are the layout facts' stages (`oracle.layout`, by Megatron's split: even, embedding/loss
 accounting, first/last counts or a layout string). GPU i holds chunk i (1F1B, ZB-H1), chunks i, i+PP,
-... (interleaved), or chunks i and 2PP-1-i (ZB-V's "V"). The peak is counted in chunk-micro-batches whose activations are stored at once.
+... (interleaved), or chunks i and 2PP-1-i (ZB-V's "V"). The peak is counted in chunk-micro-batches
+whose activations are stored at once.
 """
 
 from __future__ import annotations
@@ -115,7 +116,8 @@ class DevicePlan:
     inflight: float  # layer-weighted micro-batches in flight
 
 
-def _recompute_split(g: ModelShape, ch: StageLayers, method: str | None, n_rec: int) -> tuple[float, float, float, float, float]:
+def _recompute_split(g: ModelShape, ch: StageLayers, method: str | None, n_rec: int
+                     ) -> tuple[float, float, float, float, float]:
     """(whole dense, whole moe, input-only dense, input-only moe, layers recomputed together)."""
     if n_rec <= 0:
         return ch.dense, ch.moe, 0.0, 0.0, 0.0

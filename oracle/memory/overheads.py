@@ -18,8 +18,8 @@ from .constants import (
 
 
 def comm_buffers(
-    g: ModelShape, tp: int, pp: int, cp: int, ep: int, etp: int, dp: int, edp: int, sp: bool, tokens: float, deepep: bool,
-    allgather: bool = False,
+    g: ModelShape, tp: int, pp: int, cp: int, ep: int, etp: int, dp: int, edp: int, sp: bool, tokens: float,
+    deepep: bool, allgather: bool = False,
 ) -> tuple[float, float]:
     """(NCCL communicator buffers, transient collective buffers), bytes.
 
@@ -70,7 +70,8 @@ def allocator_overhead(dynamic_bytes: float) -> float:
 def cuda_graph_buffers(impl: str, scope: tuple[str, ...] | None, stored_layer_mbs: float, token_bytes: float,
                        mask_bytes: float) -> float:
     """Memory CUDA graphs keep beside the eager activations, bytes (megatron-core 0.16.1
-    transformer/cuda_graphs.py, Transformer Engine 2.12 pytorch/graph.py at 5671fd36, the version megatron-core pins; read for this term).
+    transformer/cuda_graphs.py, Transformer Engine 2.12 pytorch/graph.py at 5671fd36, the version
+    megatron-core pins; read for this term).
 
     A graph is captured per layer and micro-batch, and a captured sample's static inputs are reused
     once its backward has run, so as many are alive as layer x micro-batch activations are stored

@@ -30,7 +30,7 @@ class Net:
     deepep_inter: float
 
     @classmethod
-    def of(cls, gpu: GPUSpec, gpus_per_node: int, c: Constants) -> "Net":
+    def of(cls, gpu: GPUSpec, gpus_per_node: int, c: Constants) -> Net:
         intra, inter = gpu.intra_node_gb_s * 1e6, gpu.inter_node_gb_s * 1e6  # GB/s -> bytes/ms
         return cls(
             intra * c.link_eff, inter * c.link_eff, gpus_per_node, c.alpha_intra_us * 1e-3,

@@ -1,8 +1,9 @@
 """Model FLOPs per token: the convention behind `tflops_per_gpu` and MFU.
 
 Forward + backward = 3 x forward; a GEMM costs 2·m·n·k; causal attention counts half of the s² term
-(each token attends to s/2 keys on average), a sliding window or chunk the keys each query sees; MoE counts the router, top-k experts and shared experts;
-the logits GEMM counts, the embedding lookup does not; MTP modules count; recompute does not.
+(each token attends to s/2 keys on average), a sliding window or chunk the keys each query sees; MoE
+counts the router, top-k experts and shared experts; the logits GEMM counts, the embedding lookup does
+not; MTP modules count; recompute does not.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from ..specs import ModelArch
 def attention_linear_flops(a: ModelShape) -> float:
     """Forward FLOPs per token of the attention projections."""
     if a.mla:
-        q = 2 * a.h * a.q_lora_rank + 2 * a.q_lora_rank * a.heads * a.qk_dim if a.q_lora_rank else 2 * a.h * a.heads * a.qk_dim
-        kv = 2 * a.h * (a.kv_lora_rank + a.qk_pos_dim) + 2 * a.kv_lora_rank * a.heads * (a.qk_dim - a.qk_pos_dim + a.v_head_dim)
+        q_in = a.q_lora_rank or a.h  # the query up-projection reads the latent, or h directly
+        q = (2 * a.h * a.q_lora_rank if a.q_lora_rank else 0) + 2 * q_in * a.heads * a.qk_dim
+        kv = 2 * a.h * (a.kv_lora_rank + a.qk_pos_dim) + 2 * a.kv_lora_rank * a.heads * (a.qk_head_dim + a.v_head_dim)
         return q + kv + 2 * a.heads * a.v_head_dim * a.h
     return 2 * a.h * (a.heads + 2 * a.groups) * a.qk_dim + 2 * a.heads * a.v_head_dim * a.h
 

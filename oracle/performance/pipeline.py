@@ -68,7 +68,8 @@ def chunks(model: ModelArch, facts: LayoutFacts) -> tuple[Chunk, ...]:
 def shards_weights(cfg: EffectiveConfig) -> bool:
     """Whether the weights are sharded and gathered per layer: torch FSDP2, or Megatron-FSDP with
     `optim_grads_params` (ZeRO-3; megatron-core distributed_data_parallel_config.py)."""
-    return cfg.use_torch_fsdp2 or (cfg.use_megatron_fsdp and cfg.data_parallel_sharding_strategy == "optim_grads_params")
+    return cfg.use_torch_fsdp2 or (cfg.use_megatron_fsdp
+                                   and cfg.data_parallel_sharding_strategy == "optim_grads_params")
 
 
 def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, facts: LayoutFacts) -> Ctx:
@@ -77,14 +78,14 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
     sharded = shards_weights(cfg)
     dp, edp = facts.dp_or_1, facts.edp_or_1
     return Ctx(
-        shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp, ep=cfg.ep if a.experts else 1,
-        etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
+        shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
+        ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
         deepep=cfg.use_turbo_deepep or cfg.moe_token_dispatcher_type == "flex",
         allgather=cfg.moe_token_dispatcher_type == "allgather" and not cfg.use_turbo_deepep,
         tp_overlap=cfg.tp_comm_overlap and cfg.tp > 1, ep_overlap=cfg.overlap_moe_expert_parallel_comm and cfg.ep > 1,
-        fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg), gpu=cluster.gpu,
-        gpus_per_node=cluster.gpus_per_node, c=c,
+        fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg),
+        gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node, c=c,
     )
 
 
@@ -163,7 +164,8 @@ class Pipeline:
     @classmethod
     def of(cls, facts: LayoutFacts, cfg: EffectiveConfig) -> Pipeline:
         schedule, p, v = cfg.pp_schedule, cfg.pp, facts.vpp
-        return cls(facts.dp_or_1, facts.edp_or_1, facts.microbatches_or_1, schedule, p, v, virtual_stages(schedule, p, v))
+        return cls(facts.dp_or_1, facts.edp_or_1, facts.microbatches_or_1, schedule, p, v,
+                   virtual_stages(schedule, p, v))
 
 
 def recompute_indices(facts: LayoutFacts) -> tuple[int, ...]:
@@ -251,7 +253,8 @@ def dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float
     dgroup, egroup = pl.dp * cfg.cp, pl.edp
     if ctx.fsdp:
         return 0.0, optimizer_ms(ctx, dense, expert, pl, sharded=True)
-    distopt = cfg.use_distributed_optimizer or (cfg.use_megatron_fsdp and cfg.data_parallel_sharding_strategy != "no_shard")
+    distopt = cfg.use_distributed_optimizer or (cfg.use_megatron_fsdp
+                                                and cfg.data_parallel_sharding_strategy != "no_shard")
     collective = net.reduce_scatter if distopt else net.all_reduce
     g = ctx.grad_bytes  # fp32 or bf16 gradient reduce
     grads = collective(dense * g, dgroup, cfg.tp) + collective(expert * g, egroup, ctx.etp * ctx.ep)

@@ -164,8 +164,7 @@ def _run(schedule: str, p: int, v: int, m: int, durations: tuple[float, ...], ed
     ranks, dur_idx, deps, edge_idx = _program(schedule, p, v, m)
     fin = [0.0] * len(ranks)
     free = [0.0] * p
-    i = 0
-    for r, d, dep, e in zip(ranks, dur_idx, deps, edge_idx):
+    for i, (r, d, dep, e) in enumerate(zip(ranks, dur_idx, deps, edge_idx)):
         t = free[r]
         if dep >= 0:
             arrive = fin[dep] + edges[e]
@@ -174,7 +173,6 @@ def _run(schedule: str, p: int, v: int, m: int, durations: tuple[float, ...], ed
         t += durations[d]
         fin[i] = t
         free[r] = t
-        i += 1
     return free
 
 

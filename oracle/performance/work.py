@@ -28,10 +28,10 @@ class Work:
     w: tuple[float, ...] = ZERO
     rec: tuple[float, ...] = NO_RECOMPUTE
 
-    def __add__(self, o: "Work") -> "Work":
+    def __add__(self, o: Work) -> Work:
         return Work(vadd(self.f, o.f), vadd(self.b, o.b), vadd(self.w, o.w), vadd(self.rec, o.rec))
 
-    def scaled(self, k: float) -> "Work":
+    def scaled(self, k: float) -> Work:
         return Work(*(tuple(k * a for a in v) for v in (self.f, self.b, self.w, self.rec)))
 
 

@@ -191,7 +191,7 @@ class EffectiveConfig(BaseModel):
     moe_grouped_gemm: bool
     cuda_graph_scope: tuple[str, ...] | None
 
-    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> "EffectiveConfig":
+    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> EffectiveConfig:
         """A copy with `update` applied; the cached key is dropped, since the fields may change."""
         return drop_cached(super().model_copy(update=update, deep=deep))
 

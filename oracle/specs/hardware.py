@@ -86,7 +86,7 @@ class ClusterSpec(BaseModel):
     search: SearchConstraints = SearchConstraints()
 
     @model_validator(mode="after")
-    def _stack(self) -> "ClusterSpec":
+    def _stack(self) -> ClusterSpec:
         if self.stack is None:  # frozen: filled once, at validation
             object.__setattr__(self, "stack", default_stack(self.gpu.vendor))
             object.__setattr__(self, "stack_is_default", True)
@@ -96,7 +96,8 @@ class ClusterSpec(BaseModel):
     def stack_text(self) -> str:
         """The stack as the output states it, saying where it came from."""
         version = f" {self.stack_version}" if self.stack_version else ""
-        why = f" (default for {self.gpu.vendor.upper()} GPUs; set target_cluster.stack)" if self.stack_is_default else ""
+        vendor = self.gpu.vendor.upper()
+        why = f" (default for {vendor} GPUs; set target_cluster.stack)" if self.stack_is_default else ""
         return f"{self.stack}{version}{why}"
 
     @property

@@ -93,7 +93,7 @@ class ModelArch(BaseModel):
         return v
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelArch":
+    def _check(self) -> ModelArch:
         if self.num_query_groups and self.num_attention_heads % self.num_query_groups:
             raise ValueError(
                 f"num_attention_heads ({self.num_attention_heads}) must be divisible by "
@@ -111,7 +111,7 @@ class ModelArch(BaseModel):
             raise ValueError(f"window_size {self.window_size}: only causal windows (left, 0) are modelled")
         return self
 
-    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> "ModelArch":
+    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> ModelArch:
         """A copy with `update` applied; the cached per-layer patterns are dropped, since the fields may change."""
         return drop_cached(super().model_copy(update=update, deep=deep))
 
@@ -183,7 +183,8 @@ class ModelArch(BaseModel):
     @cached_property
     def attention_spans(self) -> tuple[int, ...]:
         """Per layer, the keys a query sees before it: 0 = all (full causal), w = a sliding window of w keys
-        (megatron-core 0.16.1 transformer/utils.py `is_layer_window_attention`, layer numbers from 1), -C = chunks of C tokens."""
+        (megatron-core 0.16.1 transformer/utils.py `is_layer_window_attention`, layer numbers from 1), -C =
+        chunks of C tokens."""
         n = self.num_layers
         out = [0] * n
         if self.window_size is not None and self.window_size[0] >= 0:

@@ -36,7 +36,7 @@ class SearchConstraints(BaseModel):
     exclude: tuple[str, ...] = ()
 
     @model_validator(mode="after")
-    def _known(self) -> "SearchConstraints":
+    def _known(self) -> SearchConstraints:
         fix = {k: _check(k, v) for k, v in self.fix.items()}
         allow = {k: tuple(_check(k, v) for v in values) for k, values in self.allow.items()}
         empty = [k for k, values in allow.items() if not values]
@@ -52,7 +52,7 @@ class SearchConstraints(BaseModel):
         object.__setattr__(self, "allow", allow)
         return self
 
-    def merged(self, other: "SearchConstraints") -> "SearchConstraints":
+    def merged(self, other: SearchConstraints) -> SearchConstraints:
         """These constraints with `other`'s on top (a knob `other` names takes `other`'s rule)."""
         named = set(other.fix) | set(other.allow) | set(other.exclude)
         return SearchConstraints(

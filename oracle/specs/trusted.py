@@ -14,7 +14,8 @@ M = TypeVar("M", bound=BaseModel)
 _set_dict = object.__setattr__
 # BaseModel's own instance slots, set through their descriptors (cheaper than a generic setattr).
 _set_fields_set, _set_extra, _set_private = (
-    BaseModel.__dict__[slot].__set__ for slot in ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
+    BaseModel.__dict__[slot].__set__
+    for slot in ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")
 )
 _ALL_SET: dict[type, set[str]] = {}
 
