@@ -44,6 +44,7 @@ def canonical(knob: str, value: object) -> object:
 
 def _stack_rules(cluster: ClusterSpec) -> list[Rule]:
     stack, vendor = cluster.stack, cluster.gpu.vendor
+    assert stack is not None  # ClusterSpec fills the vendor's default at validation
     where = f"the {stack} stack on {vendor.upper()} GPUs"
     out = []
     for spec in KNOB_SPECS.values():

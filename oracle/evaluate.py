@@ -11,7 +11,14 @@ from .performance import simulate
 from .performance.calibration import calibrated
 from .performance.uncertainty import uncertainty
 from .pipeline_split import Stage
-from .specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Violation, Workload
+from .specs import (
+    ClusterSpec,
+    EffectiveConfig,
+    EvalResult,
+    TrialConfig,
+    Violation,
+    Workload,
+)
 from .specs.trusted import trusted
 
 

@@ -83,7 +83,7 @@ def legal_axes(model: ModelArch, cluster: ClusterSpec, *, seq_length: int, gbs: 
         tp=[t for t in ws if t <= _max_tp(cluster) and _tp_ok(model, t)],
         pp=pp,
         cp=[c for c in ws if c == 1 or seq_length % (2 * c) == 0],
-        ep=[e for e in ws if moe and model.num_experts % e == 0] if moe else [1],
+        ep=[e for e in ws if (model.num_experts or 0) % e == 0] if moe else [1],
         etp=[t for t in ws if t <= _max_tp(cluster) and model.expert_ffn % t == 0] if moe else [1],
         vpp=sorted({1} | {v for p in pp if p > 1 for v in range(2, (L + 2 + mtp) // p + 1)
                           if candidate_splits(L, mtp, p, v)}),

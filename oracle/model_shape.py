@@ -83,7 +83,7 @@ def _build(model: ModelArch) -> ModelShape:
         v_head_dim=model.v_head_dim if mla else model.head_dim, mla=mla,
         q_lora_rank=(model.q_lora_rank or 0) if mla else 0, kv_lora_rank=model.kv_lora_rank if mla else 0,
         ffn=model.ffn, gated=model.gated_mult, vocab=model.vocab_size, num_layers=model.num_layers,
-        pattern=pattern, is_moe=model.is_moe, experts=model.num_experts if model.is_moe else 0,
+        pattern=pattern, is_moe=model.is_moe, experts=(model.num_experts or 0) if model.is_moe else 0,
         topk=topk, expert_ffn=model.expert_ffn, shared_ffn=model.moe_shared_expert_intermediate_size or 0,
         capacity_factor=cf, routed_peak=topk * (cf or 1.0), routed_mean=topk * min(1.0, cf or 1.0),
         mtp_layers=model.mtp_num_layers, mtp_is_moe=bool(pattern and pattern[-1]), rms=rms,

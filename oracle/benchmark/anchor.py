@@ -139,7 +139,9 @@ def evaluate_with_benchmark(workload: Workload, cluster: ClusterSpec,
     model_m, cfg_m, notes = measured_layout(workload.model, cfg, device)
     kinds = layer_kinds(workload.model)
     figures: dict[str, float] = {"bench_cpu_smoke": float(device == "cpu"), "bench_fp8": float(cfg_m.fp8 is not None)}
-    measured, scales, act_scale = [], {}, {}
+    measured: list[dict[str, Any]] = []
+    scales: dict[str, tuple[float, float]] = {}
+    act_scale: dict[str, float] = {}
     for done, moe in enumerate(kinds, 1):
         shape = layer_shape(model_m, cfg_m, moe)
         m, cached = _measure(shape, device, label, cache)
@@ -157,8 +159,11 @@ def evaluate_with_benchmark(workload: Workload, cluster: ClusterSpec,
             figures |= _collectives(workload.model, cfg, cluster, label, cache)
         except RuntimeError as exc:  # the layer measurements stand without it
             notes.append(f"TP collectives not measured ({exc})")
-    dense = scales.get("dense", scales.get("moe"))
+    dense = scales.get("dense") or scales["moe"]  # a model has dense layers, MoE layers or both
     perf = simulate(workload.model, cfg, cluster, compute_scale=(dense, scales.get("moe", dense)))
+    # a legal layout's simulated result has every figure
+    assert base.memory_per_gpu_gb is not None and base.activation_gb is not None
+    assert base.iteration_ms is not None and base.tokens_per_s_per_gpu is not None
     alloc_frac = _alloc_fraction(measured)
     mem, act_delta, alloc_delta = _anchored_memory(base, act_scale, alloc_frac)
     total = base.memory_per_gpu_gb + act_delta + alloc_delta

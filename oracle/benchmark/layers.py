@@ -34,6 +34,9 @@ def _norm(width: int, rms: bool) -> nn.Module:
 class Rotary(nn.Module):
     """Rotary position embedding of width `dim` over `seq` positions, for [batch, seq, heads, dim]."""
 
+    cos: torch.Tensor
+    sin: torch.Tensor
+
     def __init__(self, seq: int, dim: int):
         super().__init__()
         inv = ROPE_BASE ** (-torch.arange(0, dim, 2, dtype=torch.float32) / dim)

@@ -94,7 +94,7 @@ def tiny_layout(model: ModelArch, cfg: EffectiveConfig) -> tuple[ModelArch, Effe
               "qk_head_dim": 16, "qk_pos_emb_head_dim": 8, "v_head_dim": 16, "kv_lora_rank": 32,
               "q_lora_rank": 32 if model.q_lora_rank else None}
     if model.is_moe:
-        experts = cfg.ep * min(2, model.num_experts // cfg.ep)
+        experts = cfg.ep * min(2, (model.num_experts or 0) // cfg.ep)
         update |= {"num_experts": experts, "moe_router_topk": min(model.moe_router_topk, experts),
                    "moe_ffn_hidden_size": 32 * cfg.etp,
                    "moe_shared_expert_intermediate_size":

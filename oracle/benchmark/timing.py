@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -40,7 +41,7 @@ def _saved_bytes(step: Callable[[], torch.Tensor], exclude: set[int]) -> tuple[t
     return out, sum(seen.values())
 
 
-def timer(device: str) -> tuple[Callable[[], object], Callable[[object, object], float]]:
+def timer(device: str) -> tuple[Callable[[], Any], Callable[[Any, Any], float]]:
     """(mark, elapsed ms between two marks) for `device`."""
     if device == "cuda":
         def mark() -> torch.cuda.Event:

@@ -84,15 +84,14 @@ def _field_path(model: type[BaseModel], loc: tuple) -> tuple[list[str], type[Bas
     """The part of a pydantic error location that names fields (dropping union/type tags), and the
     model that holds the last one."""
     path: list[str] = []
-    current: type | None = model
+    current: type[BaseModel] | None = model
     holder = model
     for part in loc:
-        fields = getattr(current, "model_fields", None)
-        if not isinstance(part, str) or fields is None or part not in fields:
+        if current is None or not isinstance(part, str) or part not in current.model_fields:
             break
         path.append(part)
         holder = current
-        annotation = fields[part].annotation
+        annotation = current.model_fields[part].annotation
         current = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
     if current is not None and len(loc) > len(path) and isinstance(loc[len(path)], str):
         path.append(loc[len(path)])  # an unknown key inside a nested mapping

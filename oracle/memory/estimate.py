@@ -160,6 +160,7 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
                 (p_dense, p_expert, p_edge),
             )
 
+    assert best is not None  # every layout has a first pipeline GPU
     total, p, param_opt, activation, alloc, graphs, po, ac, counts = best
     breakdown = {
         "mem_weights": po[0] / GIB,

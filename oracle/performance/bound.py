@@ -91,10 +91,10 @@ def _fastest_blocks(ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[Bloc
     dispatch = variants.dispatch if ctx.ep > 1 else ((ctx.deepep, ctx.allgather),)
     tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)
     ep_overlaps = variants.ep_overlap if ctx.ep > 1 else (False,)
-    variants = [blocks(replace(ctx, fp8=fp8, deepep=deepep, allgather=allgather, tp_overlap=tpo, ep_overlap=epo),
-                       piped)
-                for fp8, (deepep, allgather), tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
-    return tuple(_fastest(versions) for versions in zip(*variants))
+    every = [blocks(replace(ctx, fp8=fp8, deepep=deepep, allgather=allgather, tp_overlap=tpo, ep_overlap=epo),
+                    piped)
+             for fp8, (deepep, allgather), tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
+    return tuple(_fastest(versions) for versions in zip(*every))
 
 
 def _fastest(versions: tuple[Block, ...]) -> Block:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -73,9 +74,10 @@ def constants_for(family: str) -> Constants:
     """Constants of one family (fitted values + the held ones)."""
     data = _load()
     fam = families()[family]
-    priors = {k: v if isinstance(v, str) else float(v) for k, v in data["held"]["priors"].items()}
-    return Constants(**{k: float(fam[k]) for k in FITTED},
-                     **{k: float(data["fitted"]["global"][k]) for k in GLOBAL_FITTED}, **priors)
+    values: dict[str, Any] = {k: float(fam[k]) for k in FITTED}
+    values |= {k: float(data["fitted"]["global"][k]) for k in GLOBAL_FITTED}
+    values |= {k: v if isinstance(v, str) else float(v) for k, v in data["held"]["priors"].items()}
+    return Constants(**values)
 
 
 def calibrated(gpu: GPUSpec) -> bool:
@@ -91,4 +93,5 @@ def constants(gpu: GPUSpec) -> Constants:
 def with_fitted(base: Constants, values: dict[str, float]) -> Constants:
     """A copy of `base` with some fitted constants replaced (used by the fit)."""
     known = {f.name for f in fields(Constants)}
-    return replace(base, **{k: v for k, v in values.items() if k in known})
+    update: dict[str, Any] = {k: v for k, v in values.items() if k in known}
+    return replace(base, **update)

@@ -240,6 +240,12 @@ def _ep_overlap(ctx: Ctx, w: Builder) -> None:
     w.b[EP] = _hidden_behind(comm_b, busy_f, ctx.c)
 
 
+def _plus_since(gemm: tuple[float, float], now: tuple[float, float], before: tuple[float, float]
+                ) -> tuple[float, float]:
+    """`gemm` plus the (forward, backward) GEMM ms added between `before` and `now`."""
+    return gemm[0] + now[0] - before[0], gemm[1] + now[1] - before[1]
+
+
 @lru_cache(maxsize=8192)
 def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     """One dense or MoE transformer layer (`params`: its (dense, expert) weights on this rank, for FSDP)."""
@@ -252,7 +258,7 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
         if ctx.shape.shared_ffn:
             start, before = w.forward_ms(), w.gemm()
             _mlp(ctx, w, ctx.shape.shared_ffn)
-            gemm = tuple(a + b - c for a, b, c in zip(gemm, w.gemm(), before))
+            gemm = _plus_since(gemm, w.gemm(), before)
             w.tag("shared_experts", w.forward_ms() - start)
             w.tag("moe", w.forward_ms() - start)
         _tp_collectives(ctx, w, 1 + (1 if ctx.shape.shared_ffn else 0), gemm)
@@ -261,7 +267,7 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     else:
         start, before = w.forward_ms(), w.gemm()
         _mlp(ctx, w, ctx.shape.ffn)
-        gemm = tuple(a + b - c for a, b, c in zip(gemm, w.gemm(), before))
+        gemm = _plus_since(gemm, w.gemm(), before)
         w.tag("mlp", w.forward_ms() - start)
         _tp_collectives(ctx, w, 2, gemm)
     _overhead(ctx, w)

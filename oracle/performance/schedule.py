@@ -128,7 +128,10 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ..
     V = virtual_stages(schedule, p, v)
     orders = rank_orders(schedule, p, v, m)
     placed: dict[tuple[int, int, int], int] = {}
-    ranks, durs, deps, edges = [], [], [], []
+    ranks: list[int] = []
+    durs: list[int] = []
+    deps: list[int] = []
+    edges: list[int] = []
     ptr = [0] * p
     remaining = sum(len(o) for o in orders)
     while remaining:

@@ -55,8 +55,8 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
     stages = chunks(model, facts)
     parts = blocks(ctx, pl.p > 1)
     if compute_scale is not None:
-        dense, moe = compute_scale
-        parts = (parts[0].rescaled(*dense), parts[1].rescaled(*moe), parts[2], parts[3])
+        dense_scale, moe_scale = compute_scale
+        parts = (parts[0].rescaled(*dense_scale), parts[1].rescaled(*moe_scale), parts[2], parts[3])
     modules = recompute_indices(facts)
     f, b, w = stage_times(stages, parts, modules)
     m = pl.m
@@ -70,6 +70,7 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
         total = ends[r] + dp_exposed + opt
         if best is None or total > best[0]:
             best = (total, mine, dp_exposed, opt, ends[r] - m * (fwd + bwd))
+    assert best is not None  # every layout has a first pipeline rank
     iteration, mine, dp_exposed, opt, bubble = best
     breakdown = _breakdown([stages[i] for i in mine], parts, modules, m, dp_exposed, opt, bubble)
     return _estimate(model, cfg, cluster, iteration, breakdown)

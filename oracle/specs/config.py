@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -191,7 +192,7 @@ class EffectiveConfig(BaseModel):
     moe_grouped_gemm: bool
     cuda_graph_scope: tuple[str, ...] | None
 
-    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> EffectiveConfig:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> EffectiveConfig:
         """A copy with `update` applied; the cached key is dropped, since the fields may change."""
         return drop_cached(super().model_copy(update=update, deep=deep))
 
@@ -232,7 +233,7 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
     Both inputs are validated models and every value below comes from them, so the result is built
     without validating again, and its key is computed here (this runs for every point of a search)."""
     base = _baseline(training)
-    fields = base.copy()  # updated in place below, so the field order (which the key hashes) stays
+    fields: dict[str, Any] = base.copy()  # updated in place below, so the field order (which the key hashes) stays
     knobs = trial.__dict__
     set_knobs = trial.__pydantic_fields_set__
     if not set_knobs.isdisjoint(SPLIT_KNOBS):
@@ -291,6 +292,7 @@ def _recompute(base: dict, fields: dict, knobs: dict) -> None:
             base["recompute_granularity"], base["recompute_method"], base["recompute_num_layers"]):
         method, num_layers = knobs["recompute_method"], knobs["recompute_num_layers"]
     granularity = fields["recompute_granularity"]
+    canonical: tuple[str | None, str | None, int | None]
     if not _full_recompute(granularity, method, num_layers):
         canonical = (granularity if granularity != "full" else None), None, None
     else:

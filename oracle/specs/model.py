@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -111,7 +112,7 @@ class ModelArch(BaseModel):
             raise ValueError(f"window_size {self.window_size}: only causal windows (left, 0) are modelled")
         return self
 
-    def model_copy(self, *, update: dict | None = None, deep: bool = False) -> ModelArch:
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> ModelArch:
         """A copy with `update` applied; the cached per-layer patterns are dropped, since the fields may change."""
         return drop_cached(super().model_copy(update=update, deep=deep))
 
