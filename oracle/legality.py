@@ -24,7 +24,13 @@ from .identity_cache import by_identity
 from .layout import LayoutFacts, layout_facts
 from .pipeline_split import candidate_splits
 from .specs import ClusterSpec, EffectiveConfig, ModelArch, Violation
-from .specs.training import PipelineSchedule
+from .specs.training import (
+    Dispatcher,
+    FlexBackend,
+    Fp8Recipe,
+    PipelineSchedule,
+    RecomputeGranularity,
+)
 from .specs.trusted import trusted
 
 SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)  # the schedules TrainingArgs accepts
@@ -89,14 +95,14 @@ def legal_axes(model: ModelArch, cluster: ClusterSpec, *, seq_length: int, gbs: 
                           if candidate_splits(L, mtp, p, v)}),
         mbs=[m for m in _divisors(gbs) if m <= 16],
         pp_schedule=list(SCHEDULES),
-        recompute_granularity=["none", "selective", "full"],
-        fp8=["none", "hybrid", "e4m3"] if cluster.gpu.has_fp8 else ["none"],
+        recompute_granularity=["none", *get_args(RecomputeGranularity)],
+        fp8=["none", *get_args(Fp8Recipe)] if cluster.gpu.has_fp8 else ["none"],
         use_distributed_optimizer=[False, True],
         use_torch_fsdp2=[False, True],
         use_turbo_deepep=[False, True] if moe else [False],
         sync_free_stage=list(range(MAX_SYNC_FREE_STAGE + 1)) if moe else [0],
-        moe_token_dispatcher_type=["allgather", "alltoall", "flex"] if moe else ["allgather"],
-        moe_flex_dispatcher_backend=["deepep", "hybridep"] if moe else ["deepep"],
+        moe_token_dispatcher_type=list(get_args(Dispatcher)) if moe else ["allgather"],
+        moe_flex_dispatcher_backend=list(get_args(FlexBackend)) if moe else ["deepep"],
         tp_comm_overlap=[False, True],
         overlap_moe_expert_parallel_comm=[False, True] if moe else [False],
         world_size=world,

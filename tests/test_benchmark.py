@@ -106,7 +106,7 @@ def test_tiny_rule_keeps_the_parallel_sizes_and_every_division(name, knobs):
 def test_layers_run_forward_and_backward_with_gradients_everywhere(name, moe, knobs):
     import torch
 
-    from oracle.benchmark.layers import build_layer
+    from oracle.benchmark.torch_layers import build_layer
 
     s = tiny_shape(name, moe, **knobs)
     torch.manual_seed(0)

@@ -25,7 +25,7 @@ class LayerProjection:
 
 def project_layer(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, moe: bool) -> LayerProjection:
     """Analytic compute time and stored activations of one dense or MoE layer on one rank. The measured
-    layer runs full causal SDPA (`layers.py`), so the analytic one is projected with full attention too:
+    layer runs full causal SDPA (`torch_layers.py`), so the analytic one is projected with full attention too:
     their ratio then scales the windowed or chunked projection like for like."""
     a = model_shape(model.model_copy(update={"window_size": None, "attention_chunk_size": None}))
     facts = layout_facts(model, cfg, cluster.world_size)

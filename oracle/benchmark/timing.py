@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from .gate import BenchmarkUnavailable
-from .layers import build_layer
 from .shapes import LayerShape
+from .torch_layers import build_layer
 
 WARMUP = {"cuda": 3, "cpu": 1}
 ITERS = {"cuda": 10, "cpu": 3}
