@@ -15,6 +15,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
+from .identity_cache import by_identity
 from .pipeline_split import PipelineSplit, SplitError, Stage, split_outcome
 from .specs import EffectiveConfig, ModelArch
 
@@ -96,9 +97,10 @@ def _split_of(layout: str | None, first: int | None, last: int | None, embedding
     return PipelineSplit(layout, first, last, embedding, loss)
 
 
-@lru_cache(maxsize=4096)
+@by_identity(maxsize=4096)
 def _stage_layers(pattern: tuple[int, ...], stages: tuple[Stage, ...]) -> tuple[StageLayers, ...]:
-    """Each stage's dense and MoE layers, from the model's layer kinds (`pattern`, 1 = MoE)."""
+    """Each stage's dense and MoE layers, from the model's layer kinds (`pattern`, 1 = MoE); cached on the
+    two objects (the model's pattern, and the split cache's stages shared by every layout with that split)."""
     out, start = [], 0
     for st in stages:
         moe = sum(pattern[start:start + st.decoders])
