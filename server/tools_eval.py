@@ -21,8 +21,8 @@ from oracle.errors import InputError
 from oracle.layout import layout_facts
 from oracle.legality import LegalAxes, validate
 from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
-from planner.explain import Explanation
-from planner.explain import explain as explain_path
+from planner.explanation import Explanation
+from planner.explanation import explain as explain_path
 from planner.runs import final_pick
 
 from .session import Session

@@ -15,7 +15,7 @@ from oracle.evaluate import evaluate_simulate
 from oracle.inputs import load_cluster, load_workload
 from oracle.memory.estimate import NON_GIB_KEYS
 from oracle.specs import TrialConfig
-from planner.explain import MEMORY_GROUPS, TIME_TERMS, explain, knob_changes
+from planner.explanation import MEMORY_GROUPS, TIME_TERMS, explain, knob_changes
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE
