@@ -56,7 +56,7 @@ def overlay(workload: Workload, trial: TrialRecord) -> str:
     body = {**workload.model.model_dump(exclude_none=True), **training.model_dump(mode="json", exclude_none=True)}
     tps = trial.tokens_per_s_per_gpu
     head = (f"# paratune trial {trial.id} ({trial.origin}, {trial.fidelity}): "
-            f"{'%.1f tokens/s/GPU' % tps if tps is not None else 'no throughput'}"
+            f"{f'{tps:.1f} tokens/s/GPU' if tps is not None else 'no throughput'}"
             f"{'' if trial.legal else ' [illegal]'}{'' if trial.fits in (True, None) else ' [does not fit]'}\n")
     return head + yaml.safe_dump(body, sort_keys=False)
 
@@ -150,7 +150,8 @@ def write_plot(path: Path, trials: list[TrialRecord], title: str, *, baseline: f
                     va="bottom", fontsize=8)
             start = i
     for marker, color, label, which in (("x", "tab:red", "illegal", lambda t: not t.legal),
-                                        ("v", "tab:orange", "does not fit (OOM)", lambda t: t.legal and t.fits is False)):
+                                        ("v", "tab:orange", "does not fit (OOM)",
+                                         lambda t: t.legal and t.fits is False)):
         hits = [i for i, t in zip(xs, scored) if which(t)]
         if hits:
             strip.scatter(hits, [0] * len(hits), marker=marker, color=color, label=f"{label}: {len(hits)}")

@@ -78,7 +78,8 @@ def pick(trials: list[TrialRecord], error: float, rule: PickRule = "robust") -> 
         note = (f"the highest projected tokens/s/GPU, also the most memory headroom ({_headroom(best):.1f} GiB) of the "
                 f"{within + 1} layouts within the oracle's error (±{100 * error:.1f}%)")
     else:
-        note = (f"within the oracle's error (±{100 * error:.1f}%) of {within} other layout(s): picked trial {chosen.id} "
+        note = (f"within the oracle's error (±{100 * error:.1f}%) of {within} other layout(s): "
+                f"picked trial {chosen.id} "
                 f"({_tps(chosen):,.1f} tokens/s/GPU, {_headroom(chosen):.1f} GiB headroom, "
                 f"{exotic_knobs(chosen.config)} stack-specific knob(s)) over the argmax, trial {best.id} "
                 f"({_tps(best):,.1f}, {_headroom(best):.1f} GiB, {exotic_knobs(best.config)}); "

@@ -22,7 +22,6 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from calibration.report import throughput_report as report  # noqa: E402
-
 from calibration.rows import Row, load_rows, order_pairs, project  # noqa: E402
 from oracle.catalog import gpu as catalog_gpu  # noqa: E402
 from oracle.performance import calibration  # noqa: E402

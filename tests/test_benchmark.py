@@ -168,7 +168,8 @@ def test_cpu_smoke_run_flows_into_the_result_and_caches_per_shape(measure_calls)
     assert [p[:2] for p in progress] == [(1, 2), (2, 2)] and "dense layer" in progress[0][2]
 
     # same per-rank shapes (PP and the optimizer do not change a layer): nothing is measured again
-    again = evaluate_with_benchmark(workload, cluster, TrialConfig(pp=4, pp_first_layers=16, use_distributed_optimizer=False),
+    again = evaluate_with_benchmark(workload, cluster,
+                                    TrialConfig(pp=4, pp_first_layers=16, use_distributed_optimizer=False),
                                     allow_cpu=True, cache=cache)
     assert again.legal and len(cache.puts) == 2 and len(measure_calls) == 2
     assert again.breakdown["bench_moe_fwd_ms"] == b["bench_moe_fwd_ms"]
