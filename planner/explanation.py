@@ -119,7 +119,7 @@ def explain(workload: Workload, cluster: ClusterSpec, baseline: TrialConfig, win
         return evaluate_simulate(workload, cluster, TrialConfig(**{**knobs, **_targets(move, changes)}))
 
     while remaining:
-        trials = {(u,): project(current, (u,)) for u in remaining}
+        trials: dict[tuple[tuple[str, ...], ...], EvalResult] = {(u,): project(current, (u,)) for u in remaining}
         if not any(r.legal and r.fits for r in trials.values()):
             trials |= {m: project(current, m) for m in combinations(remaining, 2)}
         move = max(trials, key=lambda m: _ok(trials[m]))

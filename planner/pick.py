@@ -41,8 +41,12 @@ def exotic_knobs(config: dict) -> int:
 
 
 def _tps(t: TrialRecord) -> float:
+    """Calibrated tokens/s/GPU, else projected (of a trial `pick` kept: it has a projected one)."""
     c = t.calibrated
-    return c.tokens_per_s_per_gpu if c is not None and c.tokens_per_s_per_gpu is not None else t.tokens_per_s_per_gpu
+    if c is not None and c.tokens_per_s_per_gpu is not None:
+        return c.tokens_per_s_per_gpu
+    assert t.tokens_per_s_per_gpu is not None
+    return t.tokens_per_s_per_gpu
 
 
 def _headroom(t: TrialRecord) -> float:

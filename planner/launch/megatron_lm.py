@@ -79,6 +79,7 @@ def layout_flags(cfg: EffectiveConfig, workload: Workload, vendor: str) -> tuple
     off: list[str] = []
     for name, value in knob_values(cfg, workload.model, "megatron-lm", vendor).items():
         flag = KNOB_SPECS[name].megatron_lm
+        assert flag is not None  # knob_values yields only the knobs this stack has
         if name == "grad_reduce_in_fp32":  # the CLI's flag is the inverse
             (off if value else on).append(flag)
         elif value is True:
