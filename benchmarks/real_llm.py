@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from oracle.inputs import load_cluster, load_workload  # noqa: E402
-from planner.investigator.models import InvestigatorOptions  # noqa: E402
-from planner.tune import TuneOptions, tune  # noqa: E402
+from planner.investigator.phase_types import InvestigatorOptions  # noqa: E402
+from planner.tune_run import TuneOptions, tune  # noqa: E402
 
 WORKLOAD = ROOT / "examples" / "workloads" / "llama3-8b-mi300x.yaml"
 CLUSTER = ROOT / "examples" / "clusters" / "mi300x-1n.yaml"

@@ -2,7 +2,8 @@
 
 The seed plan runs as `paratune tune --seed-only` runs it (free memory check, then up to the cluster's
 max_perf_calls simulate calls); the sweep scores the whole legal space (DESIGN §5) and is the
-reference; the LLM phase has to close whatever gap the seed plan leaves. Prints one line per example and a last line with the median.
+reference; the LLM phase has to close whatever gap the seed plan leaves. Prints one line per example
+and a last line with the median.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def main() -> None:
         ratio = seed_best / optimum if optimum else 0.0
         ratios.append(ratio)
         print(f"{workload.name:24s} seeds={scored:3d} seed_best={seed_best:9.1f} ({seed_s:4.1f} s) "
-              f"sweep_best={optimum:9.1f} space={result.space_size:7d} scored={result.scored:6d} pruned={result.pruned:7d} "
+              f"sweep_best={optimum:9.1f} space={result.space_size:7d} scored={result.scored:6d} "
+              f"pruned={result.pruned:7d} "
               f"({result.wall_s:5.1f} s, {result.jobs} jobs) seed/sweep={ratio:.3f}")
     print(f"median_seed_over_sweep={statistics.median(ratios):.3f} min_seed_over_sweep={min(ratios):.3f}")
 

@@ -53,16 +53,18 @@ def throughput_report(rows: list[Row]) -> tuple[float, float, int]:
     for r in rejected:
         print(f"  REJECTED {r.id}: {setup(r).rejection}")
     errors, by_family = {}, family_errors(rows)
+    projected: dict[str, float] = {}  # row id -> projected tokens/s/GPU
     print(f"{'row':9s} {'model':16s} {'gpu':9s} {'measured':>10s} {'projected':>10s} {'error':>7s}  chosen / tuned")
     for row in rows:
         p = project(row)
         if p is None:
             continue
         errors[row.id] = abs(p.error)
+        projected[row.id] = p.estimate.tokens_per_s_per_gpu
         c = p.cfg
         split = c.pp_layout or ("acct" if c.pp_embedding_in_split or c.pp_loss_in_split else "") or (
             f"first={c.pp_first_layers},last={c.pp_last_layers}" if c.pp_first_layers or c.pp_last_layers else "even")
-        recompute = c.recompute_granularity or "none"
+        recompute: str = c.recompute_granularity or "none"
         if recompute == "full":
             recompute += f"/{c.recompute_method}{c.recompute_num_layers}"
         moe = (f" dispatcher={'turbo-deepep' if c.use_turbo_deepep else c.moe_token_dispatcher_type}"
@@ -75,8 +77,7 @@ def throughput_report(rows: list[Row]) -> tuple[float, float, int]:
         if stated:
             print(f"{'':9s} from recipe: {', '.join(stated)}")
     pairs = [(a, b) for a, b in order_pairs(rows) if a.id in errors and b.id in errors]
-    bad = [(a.id, b.id) for a, b in pairs
-           if project(a).estimate.tokens_per_s_per_gpu <= project(b).estimate.tokens_per_s_per_gpu]
+    bad = [(a.id, b.id) for a, b in pairs if projected[a.id] <= projected[b.id]]
     print(f"order: {len(pairs)} same-model/GPU/source pairs, misordered: {bad or 'none'}")
     for fam, errs in sorted(by_family.items()):
         print(f"family {fam}: mape={100 * sum(errs) / len(errs):.1f}% rows={len(errs)}")

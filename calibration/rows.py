@@ -5,12 +5,13 @@ A row's layout comes from its table columns (`data/throughput.csv`, `data/extra_
 the recipe facts its sources state (`data/recipes.csv`: one sourced line per knob, in Megatron
 argument names). Knobs that neither states are tuned the way the published runs were: every
 candidate (MBS 1/2/4, recompute none/selective/full, or full of the first 1-8 layers of each chunk,
-VPP with each split Megatron accepts, the MoE dispatcher, FP8 primary weights) that `oracle.evaluate.evaluate_config` calls
-legal and fitting is projected, and the fastest is the row's layout. The published runs ran, so the
-memory cap is the whole HBM (margin 0) and nothing is tolerated: a row with no legal, fitting
-candidate is a rejected published run, which the report lists with the reason. A row without GBS
-(the AMD rows) uses GBS = 128 per 8 GPUs. The gradient-reduce dtype is never tuned: where no recipe
-states it, the stack's default holds (the Megatron-LM CLI's fp32 promotion, TrainingArgs' default).
+VPP with each split Megatron accepts, the MoE dispatcher, FP8 primary weights) that
+`oracle.evaluate.evaluate_config` calls legal and fitting is projected, and the fastest is the row's
+layout. The published runs ran, so the memory cap is the whole HBM (margin 0) and nothing is
+tolerated: a row with no legal, fitting candidate is a rejected published run, which the report
+lists with the reason. A row without GBS (the AMD rows) uses GBS = 128 per 8 GPUs. The
+gradient-reduce dtype is never tuned: where no recipe states it, the stack's default holds (the
+Megatron-LM CLI's fp32 promotion, TrainingArgs' default).
 """
 
 from __future__ import annotations
@@ -236,8 +237,10 @@ def setup(row: Row) -> Setup:
         result = evaluate_config(workload, cluster, cfg, performance=False)
         if result.legal and result.fits:
             fitting.append(cfg)
-        elif result.legal and (closest is None or result.memory_per_gpu_gb < closest[0]):
-            closest = (result.memory_per_gpu_gb, result.reason)
+        elif result.legal:
+            assert result.memory_per_gpu_gb is not None  # a legal layout's memory is always estimated
+            if closest is None or result.memory_per_gpu_gb < closest[0]:
+                closest = (result.memory_per_gpu_gb, result.reason)
         elif closest is None:
             closest = (float("inf"), result.reason)
     reason = "" if fitting else (closest[1] if closest else "no candidate")

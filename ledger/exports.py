@@ -6,7 +6,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ FILE_MODE = 0o644  # artifacts are for the team: readable by all, like the ledge
 SCRIPT_MODE = 0o755  # launch.sh runs as it is
 
 
-def _atomic(path: Path, write: Callable[[Path], None], mode: int = FILE_MODE) -> None:
+def _atomic(path: Path, write: Callable[[Path], object], mode: int = FILE_MODE) -> None:
     """Write to a temporary sibling, then rename over `path`: readers see the old file or the new one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
@@ -56,7 +56,7 @@ def overlay(workload: Workload, trial: TrialRecord) -> str:
     body = {**workload.model.model_dump(exclude_none=True), **training.model_dump(mode="json", exclude_none=True)}
     tps = trial.tokens_per_s_per_gpu
     head = (f"# paratune trial {trial.id} ({trial.origin}, {trial.fidelity}): "
-            f"{'%.1f tokens/s/GPU' % tps if tps is not None else 'no throughput'}"
+            f"{f'{tps:.1f} tokens/s/GPU' if tps is not None else 'no throughput'}"
             f"{'' if trial.legal else ' [illegal]'}{'' if trial.fits in (True, None) else ' [does not fit]'}\n")
     return head + yaml.safe_dump(body, sort_keys=False)
 
@@ -109,7 +109,7 @@ def figure(*args: Any, **kw: Any) -> Any:
 
 
 def write_plot(path: Path, trials: list[TrialRecord], title: str, *, baseline: float | None = None,
-               measured: list[Measurement] = (), winner_id: int | None = None, error: float | None = None) -> None:
+               measured: Sequence[Measurement] = (), winner_id: int | None = None, error: float | None = None) -> None:
     """trials.png: projected tokens/s/GPU of each scored trial in the order scored, the search phases
     divided and named, the incumbent as a step line, the band within the oracle's stated `error` of the
     best, the baseline and measured figures as lines, and the rejected trials on a strip of their own by
@@ -150,7 +150,8 @@ def write_plot(path: Path, trials: list[TrialRecord], title: str, *, baseline: f
                     va="bottom", fontsize=8)
             start = i
     for marker, color, label, which in (("x", "tab:red", "illegal", lambda t: not t.legal),
-                                        ("v", "tab:orange", "does not fit (OOM)", lambda t: t.legal and t.fits is False)):
+                                        ("v", "tab:orange", "does not fit (OOM)",
+                                         lambda t: t.legal and t.fits is False)):
         hits = [i for i, t in zip(xs, scored) if which(t)]
         if hits:
             strip.scatter(hits, [0] * len(hits), marker=marker, color=color, label=f"{label}: {len(hits)}")

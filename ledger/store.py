@@ -51,7 +51,17 @@ def _canonical(model: BaseModel) -> tuple[str, str]:
     return blob, hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _run(row: Mapping[str, Any]) -> RunInfo:
+# A row as sqlite3 hands it out, or as a dict of it.
+_Record = Mapping[str, Any] | sqlite3.Row
+
+
+def _inserted_id(cur: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT on `cur` just made (sqlite3 types lastrowid int | None)."""
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def _run(row: _Record) -> RunInfo:
     return RunInfo(
         id=row["id"], created=row["created"], status=row["status"],
         workload_name=row["workload_name"], workload_sha256=row["workload_sha256"],
@@ -60,7 +70,7 @@ def _run(row: Mapping[str, Any]) -> RunInfo:
     )
 
 
-def _trial(row: Mapping[str, Any]) -> TrialRecord:
+def _trial(row: _Record) -> TrialRecord:
     return TrialRecord(
         id=row["id"], run_id=row["run_id"], config_key=row["config_key"],
         config=json.loads(row["config_json"]), fidelity=row["fidelity"],
@@ -72,7 +82,7 @@ def _trial(row: Mapping[str, Any]) -> TrialRecord:
     )
 
 
-def _sweep(row: Mapping[str, Any]) -> SweepSummary:
+def _sweep(row: _Record) -> SweepSummary:
     data = dict(row)
     data["top_k"] = json.loads(data.pop("top_k_json"))
     return SweepSummary(**data)
@@ -152,7 +162,7 @@ class Ledger:
                 (workload.name, w_json, w_sha, cluster.name, c_json, c_sha, cluster.objective,
                  cluster.budget.model_dump_json()),
             )
-            return _run(self._require_run(conn, cur.lastrowid))
+            return _run(self._require_run(conn, _inserted_id(cur)))
 
     def run(self, run_id: int) -> RunInfo:
         with self._lock:
@@ -210,7 +220,9 @@ class Ledger:
              result.model_dump_json(), result.legal, result.fits, result.tokens_per_s_per_gpu,
              result.memory_per_gpu_gb, wall_ms, origin),
         )
-        return self._lookup(conn, run_id, key, fidelity)
+        trial = self._lookup(conn, run_id, key, fidelity)  # this insert's row, or the first record's
+        assert trial is not None
+        return trial
 
     def evaluate_once(
         self, run_id: int, cfg: EffectiveConfig, fidelity: Fidelity, evaluate_fn: Callable[[], EvalResult], *,
@@ -287,7 +299,7 @@ class Ledger:
             cur = conn.execute(
                 "INSERT INTO measurements (run_id, trial_id, tokens_per_s_per_gpu, peak_memory_gib, note) "
                 "VALUES (?, ?, ?, ?, ?)", (run_id, trial_id, tokens_per_s_per_gpu, peak_memory_gib, note))
-            return Measurement(**_by_id(conn, "measurements", cur.lastrowid))
+            return Measurement(**_by_id(conn, "measurements", _inserted_id(cur)))
 
     def measurements(self, run_id: int) -> list[Measurement]:
         return [Measurement(**r) for r in self._rows("SELECT * FROM measurements WHERE run_id = ? ORDER BY id",
@@ -317,7 +329,7 @@ class Ledger:
 
     def _spendable(self, conn: sqlite3.Connection, run_id: int, fidelity: str) -> None:
         line = self._budget_line(conn, run_id, fidelity)
-        if line.left == 0:
+        if line.left == 0 and line.limit is not None:  # left is None exactly when limit is
             raise BudgetExhausted(run_id, fidelity, line.spent, line.limit)
 
     # ---- scratchpad, LLM calls, sweeps ---------------------------------------------------------
@@ -327,7 +339,7 @@ class Ledger:
         with self._write() as conn:
             self._require_run(conn, run_id)
             cur = conn.execute("INSERT INTO notes (run_id, author, text) VALUES (?, ?, ?)", (run_id, author, text))
-            return Note(**_by_id(conn, "notes", cur.lastrowid))
+            return Note(**_by_id(conn, "notes", _inserted_id(cur)))
 
     def notes(self, run_id: int) -> list[Note]:
         return [Note(**r) for r in self._rows("SELECT * FROM notes WHERE run_id = ? ORDER BY id", (run_id,))]
@@ -345,7 +357,7 @@ class Ledger:
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (run_id, model, prompt_tokens, completion_tokens, cost_usd, outcome),
             )
-            return LLMCall(**_by_id(conn, "llm_calls", cur.lastrowid))
+            return LLMCall(**_by_id(conn, "llm_calls", _inserted_id(cur)))
 
     def llm_calls(self, run_id: int) -> list[LLMCall]:
         return [LLMCall(**r) for r in self._rows("SELECT * FROM llm_calls WHERE run_id = ? ORDER BY id", (run_id,))]
@@ -361,7 +373,7 @@ class Ledger:
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (run_id, space_size, legal, fits, scored, json.dumps(top_k), wall_s),
             )
-            return _sweep(_by_id(conn, "sweep_summaries", cur.lastrowid))
+            return _sweep(_by_id(conn, "sweep_summaries", _inserted_id(cur)))
 
     def sweep_summaries(self, run_id: int) -> list[SweepSummary]:
         rows = self._rows("SELECT * FROM sweep_summaries WHERE run_id = ? ORDER BY id", (run_id,))

@@ -55,11 +55,12 @@ def fit(pairs: list[tuple[EvalResult, Measurement]]) -> Factors | None:
         a2, b2 = (sx * syy - sy * sxy) / det, (sy * sxx - sx * sxy) / det
         if a2 > 0 and b2 > 0:
             a, b = a2, b2
-            how = f"two time factors (least squares on {len(xs)} measurements: compute, then communication/bubble/optimizer)"
+            how = (f"two time factors (least squares on {len(xs)} measurements: compute, "
+                   "then communication/bubble/optimizer)")
     mem = [(m.peak_memory_gib - (r.memory_per_gpu_gb - r.activation_gb)) / r.activation_gb
            for r, m in timed if m.peak_memory_gib is not None and r.activation_gb and r.memory_per_gpu_gb is not None]
     act = sum(mem) / len(mem) if mem else 1.0
-    how += f"; activation factor {'from %d measured peak(s)' % len(mem) if mem else '1 (no peak measured)'}"
+    how += f"; activation factor {f'from {len(mem)} measured peak(s)' if mem else '1 (no peak measured)'}"
     return Factors(compute=a, other=b, activations=act, measurements=len(timed), fit=how)
 
 

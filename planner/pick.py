@@ -41,8 +41,12 @@ def exotic_knobs(config: dict) -> int:
 
 
 def _tps(t: TrialRecord) -> float:
+    """Calibrated tokens/s/GPU, else projected (of a trial `pick` kept: it has a projected one)."""
     c = t.calibrated
-    return c.tokens_per_s_per_gpu if c is not None and c.tokens_per_s_per_gpu is not None else t.tokens_per_s_per_gpu
+    if c is not None and c.tokens_per_s_per_gpu is not None:
+        return c.tokens_per_s_per_gpu
+    assert t.tokens_per_s_per_gpu is not None
+    return t.tokens_per_s_per_gpu
 
 
 def _headroom(t: TrialRecord) -> float:
@@ -78,7 +82,8 @@ def pick(trials: list[TrialRecord], error: float, rule: PickRule = "robust") -> 
         note = (f"the highest projected tokens/s/GPU, also the most memory headroom ({_headroom(best):.1f} GiB) of the "
                 f"{within + 1} layouts within the oracle's error (±{100 * error:.1f}%)")
     else:
-        note = (f"within the oracle's error (±{100 * error:.1f}%) of {within} other layout(s): picked trial {chosen.id} "
+        note = (f"within the oracle's error (±{100 * error:.1f}%) of {within} other layout(s): "
+                f"picked trial {chosen.id} "
                 f"({_tps(chosen):,.1f} tokens/s/GPU, {_headroom(chosen):.1f} GiB headroom, "
                 f"{exotic_knobs(chosen.config)} stack-specific knob(s)) over the argmax, trial {best.id} "
                 f"({_tps(best):,.1f}, {_headroom(best):.1f} GiB, {exotic_knobs(best.config)}); "

@@ -7,7 +7,7 @@ from pathlib import Path
 from ledger.exports import figure, savefig
 from oracle.specs import EvalResult
 
-from .explain import memory_terms, time_terms
+from .explanation import memory_terms, time_terms
 
 
 def write_breakdown_plot(path: Path, baseline: EvalResult, winner: EvalResult, title: str) -> None:

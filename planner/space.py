@@ -99,7 +99,8 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
         options = tuple({**d, "sync_free_stage": 0} for d in (ALLGATHER, ALLTOALL, deepep))
     off_moe = {"use_turbo_deepep": False, "sync_free_stage": 0}
     sharding = tuple(x for x in ((False, True), (True, False))
-                     if allowed(rules, "use_torch_fsdp2", [x[0]]) and allowed(rules, "use_distributed_optimizer", [x[1]]))
+                     if allowed(rules, "use_torch_fsdp2", [x[0]])
+                     and allowed(rules, "use_distributed_optimizer", [x[1]]))
     fp8s = [f for f in axes.fp8 if f != "e4m3" or "hybrid" not in axes.fp8]  # E4M3 projects as hybrid does
     graphs = workload.training.cuda_graph_impl != "none"
     return Menu(recomputes=tuple(r for r in allowed(rules, "recompute_granularity", ["none", "selective", "full"])
@@ -140,7 +141,8 @@ def bound_variants(m: Menu) -> KnobVariants:
     """The feature-knob settings of this search, for the sweep's layout bounds."""
     return KnobVariants(fp8=tuple(sorted({f != "none" for f in m.fp8s})),
                         dispatch=tuple(sorted({(d["moe_token_dispatcher_type"] == "flex",
-                                                d["moe_token_dispatcher_type"] == "allgather") for d in m.dispatchers})),
+                                                d["moe_token_dispatcher_type"] == "allgather")
+                                              for d in m.dispatchers})),
                         tp_overlap=m.tp_overlaps, ep_overlap=m.ep_overlaps)
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from importlib.metadata import version
-from typing import Any
+from typing import Any, cast
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 
@@ -30,8 +31,9 @@ def _strict(fn: Callable) -> Tool:
                             idempotent_hint=idempotent, open_world_hint=open_world)
     tool = Tool.from_function(fn, title=title, description=TOOLS[fn.__name__], annotations=hints)
     loose = tool.fn_metadata.arg_model
-    strict = type(loose.__name__, (loose,), {"__module__": loose.__module__,
-                                              "model_config": ConfigDict(**loose.model_config, extra="forbid")})
+    # type(name, bases, namespace) is typed as a plain `type`; the class it makes subclasses `loose`
+    strict = cast(type[ArgModelBase], type(loose.__name__, (loose,), {
+        "__module__": loose.__module__, "model_config": ConfigDict(**loose.model_config, extra="forbid")}))
     tool.fn_metadata.arg_model = strict
     tool.parameters = strict.model_json_schema(by_alias=True)
     return tool

@@ -53,7 +53,8 @@ TOOLS: dict[str, str] = {
     ),
     "explain": (
         "Why one layout beats another: from_config (default {}, the workload's own layout) to to_config "
-        "(default: the run's pick, as export_best picks). Returns both EvalResults, the path of single-knob changes between "
+        "(default: the run's pick, as export_best picks). Returns both EvalResults, the path of single-knob "
+        "changes between "
         "them (a knob with the knobs that only qualify it; two knobs when only legal together), each "
         "re-projected with its tokens/s/GPU and memory delta and the same change's gain on the baseline "
         "alone (knobs interact: the order matters, and `order` says how it was chosen), and the "

@@ -21,8 +21,8 @@ from oracle.errors import InputError
 from oracle.layout import layout_facts
 from oracle.legality import LegalAxes, validate
 from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
-from planner.explain import Explanation
-from planner.explain import explain as explain_path
+from planner.explanation import Explanation
+from planner.explanation import explain as explain_path
 from planner.runs import final_pick
 
 from .session import Session
@@ -115,7 +115,8 @@ def tools(session: Session) -> list[Callable]:
         (free, not recorded)."""
         a = session.active
         cfg = a.workload.effective(config)
-        violations = validate(a.workload.model, cfg, a.cluster) + rule_violations(search_rules(a.workload, a.cluster), cfg)
+        violations = (validate(a.workload.model, cfg, a.cluster)
+                      + rule_violations(search_rules(a.workload, a.cluster), cfg))
         return Validation(legal=not violations, violations=violations, config=cfg, config_key=cfg.key,
                           derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
 

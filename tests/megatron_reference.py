@@ -63,7 +63,8 @@ with warnings.catch_warnings():  # "Transformer Engine and Apex are not installe
 MEGATRON_CORE_VERSION = "0.16.1"
 StageTuple = tuple[int, bool, bool, int]  # (decoders, has_embedding, has_loss, mtp_layers)
 
-_VPP_NEEDS_PP = "initialize_model_parallel: pipeline-model-parallel size should be greater than 1 with interleaved schedule"
+_VPP_NEEDS_PP = ("initialize_model_parallel: pipeline-model-parallel size should be greater than 1 "
+                 "with interleaved schedule")
 # What megatron-core raises for a split it refuses (IndexError: an all-empty layout in
 # validate_layer_layout; KeyError/NotImplementedError: defensive).
 _REFUSALS = (ValueError, AssertionError, IndexError, KeyError, NotImplementedError)

@@ -76,7 +76,8 @@ def test_per_rank_shapes_follow_the_sharding():
     deepseek, _ = example("deepseek")
     assert layer_kinds(deepseek.model) == (False, True) and layer_kinds(mixtral.model) == (True,)
     d = layer_shape(deepseek.model, deepseek.effective(), True)
-    assert d.mla and (d.heads, d.q_lora_rank, d.kv_lora_rank, d.qk_head_dim, d.qk_pos_dim, d.v_head_dim) == (64, 1536, 512, 128, 64, 128)
+    widths = (d.heads, d.q_lora_rank, d.kv_lora_rank, d.qk_head_dim, d.qk_pos_dim, d.v_head_dim)
+    assert d.mla and widths == (64, 1536, 512, 128, 64, 128)
     assert d.local_experts == 256 // 32 and d.ffn == 2048 // 2  # shared expert over TP2
 
 
@@ -168,7 +169,8 @@ def test_cpu_smoke_run_flows_into_the_result_and_caches_per_shape(measure_calls)
     assert [p[:2] for p in progress] == [(1, 2), (2, 2)] and "dense layer" in progress[0][2]
 
     # same per-rank shapes (PP and the optimizer do not change a layer): nothing is measured again
-    again = evaluate_with_benchmark(workload, cluster, TrialConfig(pp=4, pp_first_layers=16, use_distributed_optimizer=False),
+    again = evaluate_with_benchmark(workload, cluster,
+                                    TrialConfig(pp=4, pp_first_layers=16, use_distributed_optimizer=False),
                                     allow_cpu=True, cache=cache)
     assert again.legal and len(cache.puts) == 2 and len(measure_calls) == 2
     assert again.breakdown["bench_moe_fwd_ms"] == b["bench_moe_fwd_ms"]

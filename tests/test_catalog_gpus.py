@@ -69,9 +69,12 @@ def test_results_on_a_gpu_no_published_row_calibrates_say_so(tmp_path):
     path.write_text(yaml.safe_dump(data))
     h20 = load_cluster(path)
     assert evaluate_simulate(w, h20).breakdown["time_gpu_calibrated"] == 0.0
-    assert evaluate_simulate(w, load_cluster(EXAMPLES / "clusters" / "h100-8n.yaml")).breakdown["time_gpu_calibrated"] == 1.0
-    out = subprocess.run([PARATUNE, "project", "performance", "--workload", str(EXAMPLES / "workloads" / "llama3-70b-h100.yaml"),
-                          "--target-cluster", str(path)], capture_output=True, text=True, timeout=120, check=True).stdout
+    h100 = load_cluster(EXAMPLES / "clusters" / "h100-8n.yaml")
+    assert evaluate_simulate(w, h100).breakdown["time_gpu_calibrated"] == 1.0
+    out = subprocess.run([PARATUNE, "project", "performance",
+                          "--workload", str(EXAMPLES / "workloads" / "llama3-70b-h100.yaml"),
+                          "--target-cluster", str(path)],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
     assert "h20 is uncalibrated" in out
 
 

@@ -15,7 +15,7 @@ from oracle.evaluate import evaluate_simulate
 from oracle.inputs import load_cluster, load_workload
 from oracle.memory.estimate import NON_GIB_KEYS
 from oracle.specs import TrialConfig
-from planner.explain import MEMORY_GROUPS, TIME_TERMS, explain, knob_changes
+from planner.explanation import MEMORY_GROUPS, TIME_TERMS, explain, knob_changes
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE
@@ -74,7 +74,7 @@ def test_cli_prints_the_path_and_the_json_is_the_explanation(mixtral):
     to = json.dumps(WINNER.model_dump(exclude_none=True))
     base = [PARATUNE, "explain", "--workload", str(WORKLOAD), "--target-cluster", str(CLUSTER), "--to", to]
     text = subprocess.run(base, capture_output=True, text=True, timeout=120, check=True).stdout
-    assert "in %d step(s)" % len(x.steps) in text and "vpp: 2 -> 29" in text and "time terms" in text
+    assert f"in {len(x.steps)} step(s)" in text and "vpp: 2 -> 29" in text and "time terms" in text
     data = json.loads(subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=120, check=True).stdout)
     assert data["delta_tokens_per_s_per_gpu"] == pytest.approx(x.delta_tokens_per_s_per_gpu)
     missing = subprocess.run(base[:-2], capture_output=True, text=True, timeout=60)
@@ -107,5 +107,6 @@ def test_explain_of_a_run_goes_to_its_pick(tmp_path):
     out = subprocess.run([PARATUNE, "explain", *base, "--out-dir", str(tmp_path), "--json"], capture_output=True,
                          text=True, timeout=120, check=True)
     x = json.loads(out.stdout)
-    assert x["winner"]["config_key"] == summary["winner"]["config_key"] == summary["attribution"]["winner"]["config_key"]
+    assert (x["winner"]["config_key"] == summary["winner"]["config_key"]
+            == summary["attribution"]["winner"]["config_key"])
     assert x["steps"] == summary["attribution"]["steps"]

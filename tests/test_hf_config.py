@@ -43,7 +43,8 @@ PUBLISHED = {"llama-3-8b": 8.03e9, "mixtral-8x7b": 46.7e9, "qwen2.5-7b": 7.61e9,
              "llama-4-maverick-17b-128e": 400e9, "nemotron-4-340b": 341.0e9}
 CATALOG = {"qwen2.5-7b": "qwen2.5-7b", "qwen2.5-72b": "qwen2.5-72b", "qwen3-8b": "qwen3-8b", "qwen3-32b": "qwen3-32b",
            "deepseek-v2": "deepseek-v2", "deepseek-v3": "deepseek-v3", "qwen3-30b-a3b": "qwen3-30b-a3b",
-           "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b", "llama-4-scout-17b-16e": "llama4-scout-17b-16e",
+           "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+           "llama-4-scout-17b-16e": "llama4-scout-17b-16e",
            "llama-4-maverick-17b-128e": "llama4-maverick-17b-128e", "kimi-k2": "kimi-k2",
            "nemotron-4-340b": "nemotron-4-340b"}
 
@@ -157,7 +158,8 @@ def test_what_the_oracle_cannot_express_is_refused_naming_the_field(tmp_path):
     mistral = load_workload(HF / "mistral-7b-v0.1").model  # Mistral 7B v0.1: a 4,096-token window on every layer
     assert mistral.window_size == (4095, 0) and mistral.window_attn_skip_freq is None
     cfg = json.loads((HF / "llama-3-8b" / "config.json").read_text())
-    for key, value, kind in (("layer_types", ["linear_attention"] * 32, "llama"), ("model_type", "nemotron_h", "nemotron_h"),
+    for key, value, kind in (("layer_types", ["linear_attention"] * 32, "llama"),
+                             ("model_type", "nemotron_h", "nemotron_h"),
                              ("attention_chunk_size", 8192, "llama"), ("sliding_window_pattern", 6, "llama")):
         folder = tmp_path / key
         folder.mkdir()

@@ -12,8 +12,8 @@ from dspy.utils import DummyLM
 
 from ledger import Ledger
 from planner.investigator.mcp_client import ServerConnection, stdio_server
-from planner.investigator.models import InvestigationReport, InvestigatorOptions
 from planner.investigator.phase import investigate
+from planner.investigator.phase_types import InvestigationReport, InvestigatorOptions
 
 from .test_server_common import small_inputs
 

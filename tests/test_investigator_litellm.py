@@ -19,8 +19,8 @@ from planner.investigator.llm_config import (
     build_lm,
     resolve_llm,
 )
-from planner.investigator.models import InvestigatorOptions, LLMBounds
-from planner.tune import TuneOptions, tune
+from planner.investigator.phase_types import InvestigatorOptions, LLMBounds
+from planner.tune_run import TuneOptions, tune
 
 from .test_investigator_common import (
     FITS,

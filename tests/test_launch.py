@@ -31,7 +31,8 @@ from planner.launch.primus import overrides
 
 from .conftest import EXAMPLES, example
 
-CORE_FIELDS = {f.name for cls in (TransformerConfig, MLATransformerConfig, OptimizerConfig, DistributedDataParallelConfig)
+CORE_FIELDS = {f.name
+               for cls in (TransformerConfig, MLATransformerConfig, OptimizerConfig, DistributedDataParallelConfig)
                for f in dataclasses.fields(cls)}
 # Flags Megatron-LM's arguments.py (core_v0.16.1) adds by hand, not from a config field.
 MLM_HAND_FLAGS = {
@@ -57,7 +58,8 @@ LM, TB, PT = ("primus/configs/models/megatron/language_model.yaml", "primus/conf
 TU, ZB = "primus/configs/modules/megatron/primus_turbo.yaml", "primus/configs/modules/megatron/zero_bubble.yaml"
 PRIMUS_KEYS = {
     **dict.fromkeys(("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                     "expert_model_parallel_size", "expert_tensor_parallel_size", "num_virtual_stages_per_pipeline_rank",
+                     "expert_model_parallel_size", "expert_tensor_parallel_size",
+                     "num_virtual_stages_per_pipeline_rank",
                      "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
                      "decoder_last_pipeline_num_layers", "sequence_parallel", "cross_entropy_loss_fusion",
                      "gradient_accumulation_fusion", "moe_token_dispatcher_type", "moe_router_dtype",
@@ -70,7 +72,8 @@ PRIMUS_KEYS = {
                      "overlap_moe_expert_parallel_comm", "use_precision_aware_optimizer", "main_grads_dtype",
                      "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"), TB),
     **dict.fromkeys(("global_batch_size", "use_distributed_optimizer", "seq_length"), PT),
-    **dict.fromkeys(("enable_primus_turbo", "use_turbo_grouped_gemm", "use_turbo_deepep", "turbo_sync_free_moe_stage"), TU),
+    **dict.fromkeys(("enable_primus_turbo", "use_turbo_grouped_gemm", "use_turbo_deepep", "turbo_sync_free_moe_stage"),
+                    TU),
     **dict.fromkeys(("patch_zero_bubble", "zero_bubble_v_schedule"), ZB),
     # not in a Primus YAML: Megatron's own argument, kept by MegatronArgBuilder (argument_builder.py)
     "recompute_modules": "Megatron-LM arguments.py (third_party/Megatron-LM d3528a2)",
@@ -140,7 +143,8 @@ def test_megatron_lm_split_and_vpp_flags():
     assert "--decoder-last-pipeline-num-layers 5" in text
     layout = launch_plan(w.effective(TrialConfig(pp_layout="Et|(tt|)*30mL")), w, c, "w.yaml").command.split("# off")[0]
     assert "--pipeline-model-parallel-layout 'Et|(tt|)*30mL'" in layout
-    assert "--decoder-last-pipeline-num-layers 5" not in layout and "--num-virtual-stages-per-pipeline-rank" not in layout
+    assert "--decoder-last-pipeline-num-layers 5" not in layout
+    assert "--num-virtual-stages-per-pipeline-rank" not in layout
     assert "--virtual-pipeline-model-parallel-size" not in layout  # not a Megatron-LM flag
 
 
@@ -170,7 +174,8 @@ def test_primus_overlay_loads_as_an_experiment_with_every_knob():
     assert o["num_virtual_stages_per_pipeline_rank"] == 2 and o["patch_zero_bubble"] is False
     assert o["tp_comm_overlap"] is False and o["overlap_moe_expert_parallel_comm"] is False  # off, yet written
     zbv = overrides(w.effective(TrialConfig(pp_schedule="zbv", vpp=2, recompute_granularity="none")), w, c)
-    assert zbv["patch_zero_bubble"] and zbv["zero_bubble_v_schedule"] and zbv["num_virtual_stages_per_pipeline_rank"] == 2
+    assert zbv["patch_zero_bubble"] and zbv["zero_bubble_v_schedule"]
+    assert zbv["num_virtual_stages_per_pipeline_rank"] == 2
 
 
 def test_primus_overlay_of_a_native_workload_carries_the_architecture():
@@ -192,7 +197,8 @@ def test_bridge_overrides_are_config_container_paths():
     overrides_ = hydra_overrides(cfg, w, c)
     assert [o for o in overrides_ if o.split("=")[0] not in vocabulary] == []
     assert "comm_overlap.tp_comm_overlap=true" in overrides_ and "mixed_precision.fp8=null" in overrides_
-    assert "ddp.use_distributed_optimizer=true" in overrides_ and "optimizer.use_distributed_optimizer=true" in overrides_
+    assert "ddp.use_distributed_optimizer=true" in overrides_
+    assert "optimizer.use_distributed_optimizer=true" in overrides_
     assert "scripts/training/run_recipe.py" in launch_plan(cfg, w, c, "w.yaml").command
     layout = hydra_overrides(w.effective(TrialConfig(pp_layout="Et|(t*10|)*7t*9L", vpp=1)), w, c)
     assert 'model.pipeline_model_parallel_layout="Et|(t*10|)*7t*9L"' in layout  # quoted: |*() are Hydra grammar

@@ -74,8 +74,9 @@ def test_cli_measurement_calibrates_the_next_projection_of_a_neighbouring_layout
     assert done.returncode == 0, done.stderr
     assert "one time factor" in done.stdout and "calibrated" in done.stdout
     # a neighbouring layout (another micro-batch), projected over MCP on the same run after the measurement
-    params = StdioServerParameters(command=PARATUNE, args=["serve", "--workload", str(workload_file), "--target-cluster",
-                                                           str(cluster_file), "--ledger", str(out / "ledger.sqlite")])
+    params = StdioServerParameters(command=PARATUNE, args=["serve", "--workload", str(workload_file),
+                                                           "--target-cluster", str(cluster_file),
+                                                           "--ledger", str(out / "ledger.sqlite")])
     neighbour = {"mbs": 2 if measured.config["mbs"] == 1 else 1}
 
     async def session():
@@ -134,7 +135,8 @@ def test_a_v2_ledger_gains_measurements_and_llm_outcomes_and_keeps_its_trials(tm
         cfg = w.effective()
         led.record_trial(run.id, cfg, evaluate_simulate(w, c), fidelity="simulate", wall_ms=1.0, origin="old")
     raw = sqlite3.connect(path)
-    raw.executescript("DROP TABLE measurements; DROP INDEX trials_by_run; ALTER TABLE trials DROP COLUMN calibrated_json; "
+    raw.executescript("DROP TABLE measurements; DROP INDEX trials_by_run; "
+                      "ALTER TABLE trials DROP COLUMN calibrated_json; "
                       "ALTER TABLE llm_calls DROP COLUMN outcome; PRAGMA user_version = 2;")
     raw.close()
     assert len(ledger_schema.MIGRATIONS) == 4
@@ -143,8 +145,8 @@ def test_a_v2_ledger_gains_measurements_and_llm_outcomes_and_keeps_its_trials(tm
         assert t.origin == "old" and t.calibrated is None and led.measurements(run.id) == []
         led.record_measurement(run.id, t.id, 100.0)
         assert [m.trial_id for m in led.measurements(run.id)] == [t.id]
-        assert led.record_llm_call(run.id, model="m", prompt_tokens=0, completion_tokens=0, outcome="timeout").outcome == (
-            "timeout")
+        call = led.record_llm_call(run.id, model="m", prompt_tokens=0, completion_tokens=0, outcome="timeout")
+        assert call.outcome == "timeout"
     raw = sqlite3.connect(path)
     assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
     raw.close()

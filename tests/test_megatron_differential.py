@@ -27,8 +27,8 @@ except ImportError as exc:
         pytest.fail(f"{_REASON}, and PARATUNE_REQUIRE_ALL=1 makes that an error ({exc})", pytrace=False)
     pytest.skip(_REASON, allow_module_level=True)
 
-from tests import megatron_reference as ref  # noqa: E402
 from oracle.pipeline_split import PipelineSplit, SplitError, split_layers  # noqa: E402
+from tests import megatron_reference as ref  # noqa: E402
 
 SEED = 20250116
 NUM_LAYERS = range(1, 131)
@@ -93,10 +93,8 @@ def even_cases(rng: random.Random, n: int) -> list[Case]:
     for _ in range(n):
         pp, vpp, mtp = rng.choice(PPS), _vpp(rng), rng.choice(MTPS)
         unit = pp * _chunks(pp, vpp)
-        if rng.random() < 0.55 and unit <= 130:  # aim at the legal ones
-            layers = unit * rng.randint(1, 130 // unit)
-        else:
-            layers = rng.choice(NUM_LAYERS)
+        layers = (unit * rng.randint(1, 130 // unit) if rng.random() < 0.55 and unit <= 130  # aim at the legal ones
+                  else rng.choice(NUM_LAYERS))
         out.append(Case("even", layers, mtp, pp, vpp))
     return out
 

@@ -206,7 +206,8 @@ def test_breakdown_sums_to_total() -> None:
         gib = sum(v for k, v in est.breakdown.items() if k not in NON_GIB_KEYS)
         assert gib == pytest.approx(est.total_gb, rel=1e-12)
         assert est.param_optimizer_gb == pytest.approx(
-            sum(est.breakdown[k] for k in ("mem_weights", "mem_grads", "mem_optimizer", "mem_fp8_weight_copies")), rel=1e-12
+            sum(est.breakdown[k] for k in ("mem_weights", "mem_grads", "mem_optimizer", "mem_fp8_weight_copies")),
+            rel=1e-12,
         )
         assert est.activation_gb == pytest.approx(
             sum(v for k, v in est.breakdown.items() if k.startswith("mem_act_")), rel=1e-12
@@ -313,7 +314,8 @@ def test_mla_model_evaluates() -> None:
         use_distributed_optimizer=True, global_batch_size=32,
     )
     b = est.breakdown
-    for key in ("mem_weights", "mem_grads", "mem_optimizer", "mem_act_dense_layers", "mem_act_moe_layers", "mem_act_embedding",
+    for key in ("mem_weights", "mem_grads", "mem_optimizer", "mem_act_dense_layers", "mem_act_moe_layers",
+                "mem_act_embedding",
                 "mem_comm_buffers", "mem_allocator_overhead", "mem_params_dense_count", "mem_params_expert_count"):
         assert b[key] > 0, key
     assert est.total_gb > est.param_optimizer_gb + est.activation_gb

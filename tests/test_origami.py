@@ -41,7 +41,7 @@ def test_hardware_matches_catalog(name):
     """Origami's CU count and clock reproduce the catalog GPU's CU count and dense BF16 peak."""
     card = gpu_card(name)
     hw = gemm_origami._hardware(name)
-    assert hw.N_CU == card["num_sms"]
+    assert card["num_sms"] == hw.N_CU
     per_cu = BF16_FLOPS_PER_CLOCK_PER_CU[ORIGAMI_ARCHS[name]]
     peak = hw.N_CU * hw.compute_clock_ghz * 1e9 * per_cu
     assert peak == pytest.approx(card["bf16_tflops"] * 1e12, rel=5e-3)

@@ -88,10 +88,10 @@ def test_gemm_backend_is_roofline_for_nvidia_and_origami_for_amd_when_installed(
 def test_model_flops_match_the_gpt_formula_with_causal_attention():
     card = {"num_layers": 96, "hidden_size": 12288, "num_attention_heads": 96, "ffn_hidden_size": 49152,
             "vocab_size": 51200}
-    l, h, s, V = 96, 12288, 2048, 51200
+    L, h, s, V = 96, 12288, 2048, 51200
     # per layer forward: QKV 6h² + out 2h² + MLP 16h² = 24h² GEMM FLOPs per token, attention s·h
     # (causal: half of QKᵀ and PV's 2·2·s·h); logits 2hV; training = 3x forward
-    expected = 72 * l * h * h * (1 + s / (12 * h) + V / (12 * l * h))
+    expected = 72 * L * h * h * (1 + s / (12 * h) + V / (12 * L * h))
     assert model_flops_per_token(ModelArch(**card), s) == pytest.approx(expected, rel=1e-12)
 
 

@@ -98,8 +98,8 @@ MALFORMED = {  # the line, the error code owed, the id it must carry
     "no method": (b'{"jsonrpc":"2.0","id":3}', INVALID_REQUEST, 3),
     "jsonrpc 1.0": (b'{"jsonrpc":"1.0","id":4,"method":"ping"}', INVALID_REQUEST, 4),
     "lone surrogate, raw bytes": (b"\xed\xa0\x80", PARSE_ERROR, None),
-    "lone surrogate, raw bytes in a request": (b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":"\xed\xa0\x80"}}',
-                                               PARSE_ERROR, None),
+    "lone surrogate, raw bytes in a request": (
+        b'{"jsonrpc":"2.0","id":5,"method":"ping","params":{"x":"\xed\xa0\x80"}}', PARSE_ERROR, None),
     "100,000-deep nesting": (b"[" * 100_000, PARSE_ERROR, None),
     "1 MB string in an invalid request": (BIG, INVALID_REQUEST, "big"),
     "id true": (b'{"jsonrpc":"2.0","id":true,"method":"ping"}', INVALID_REQUEST, None),

@@ -22,7 +22,8 @@ def test_extends_model_files_and_symlinks_outside_the_roots_are_refused(tmp_path
     outside.mkdir()
     (outside / "secret.yaml").write_text(SECRET)
     (outside / "hf").mkdir()
-    (outside / "hf" / "config.json").write_text((EXAMPLES.parent / "tests/fixtures/hf/llama-3-8b/config.json").read_text())
+    hf_config = EXAMPLES.parent / "tests/fixtures/hf/llama-3-8b/config.json"
+    (outside / "hf" / "config.json").write_text(hf_config.read_text())
     (root / "link.yaml").symlink_to(outside / "secret.yaml")
     cluster = root / "cluster.yaml"
     cluster.write_text(MI300X_1N.read_text())

@@ -71,7 +71,8 @@ def test_tool_list_is_typed_and_described(call):
         assert tool.output_schema and tool.input_schema["additionalProperties"] is False, tool.name
     schema = next(t for t in listed if t.name == "evaluate_simulate").input_schema
     config = schema["$defs"][schema["properties"]["config"]["$ref"].split("/")[-1]]
-    assert config["type"] == "object" and {"tp", "pp", "ep", "mbs", "recompute_granularity"} <= set(config["properties"])
+    assert config["type"] == "object"
+    assert {"tp", "pp", "ep", "mbs", "recompute_granularity"} <= set(config["properties"])
 
 
 def test_simulate_spends_budget_once_and_dedupes(call):
@@ -189,7 +190,8 @@ def test_query_llm_records_usage_never_keys(call, monkeypatch):
     assert (row.model, row.prompt_tokens, row.completion_tokens) == ("openai/gpt-4o-mini", 12, 3)
     text = error(call("query_llm", prompt="fail"))
     assert "RuntimeError" in text and "sk-" not in text
-    assert [c.outcome for c in call.session.ledger.llm_calls(call.session.active.run.id)] == ["ok", "error:RuntimeError"]
+    calls = call.session.ledger.llm_calls(call.session.active.run.id)
+    assert [c.outcome for c in calls] == ["ok", "error:RuntimeError"]
 
 
 def test_run_seed_plan_reports_progress_and_respects_budget(call):

@@ -182,7 +182,8 @@ FORMS = {
     # first/last counts: 61 = 7 x 8 + 5
     "first_last": (DSV3 + "decoder_last_pipeline_num_layers: 5\n", [8] * 7 + [5]),
     # 80 layers over PP 4: 20 each; the three knobs below do not move layers
-    "recompute_modules": (LLAMA70B + "recompute_granularity: selective\nrecompute_modules: [core_attn, mlp]\n", [20] * 4),
+    "recompute_modules": (LLAMA70B + "recompute_granularity: selective\nrecompute_modules: [core_attn, mlp]\n",
+                          [20] * 4),
     "bf16_grad_reduce": (LLAMA70B + "grad_reduce_in_bf16: true\n", [20] * 4),
     "fp8_param_gather": (LLAMA70B + "fp8: hybrid\nfp8_param_gather: true\n", [20] * 4),
 }

@@ -97,7 +97,8 @@ def test_an_mi355x_primus_cluster_offers_no_nvidia_only_knob(monkeypatch):
     assert not _nvidia_only(TrialConfig(**{k: v for k, v in cfg.items() if k in TrialConfig.model_fields}))
     flex = evaluate_memory_only(w, c, TrialConfig(moe_token_dispatcher_type="flex"))
     assert "flex_rocm" in {v.code for v in flex.violations}
-    hybrid = evaluate_memory_only(w, c, TrialConfig(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep"))
+    hybrid = evaluate_memory_only(w, c, TrialConfig(moe_token_dispatcher_type="flex",
+                                                    moe_flex_dispatcher_backend="hybridep"))
     assert {"stack_knob", "flex_rocm"} <= {v.code for v in hybrid.violations}
 
 
@@ -108,7 +109,8 @@ def test_every_point_is_legal_with_fp8_allowed(cluster_file):
     w, c = _mixtral_on(cluster_file)
     c = c.model_copy(update={"search": SearchConstraints(allow={"fp8": ("none", "hybrid")})})
     points = [t for t in enumerate_space(w, c) if t.tp == 2 and t.pp == 4 and t.cp == 1 and t.mbs == 1]
-    assert len(points) > 100 and any(t.fp8 == "hybrid" and t.tp_comm_overlap for t in points) == (c.gpu.vendor == "nvidia")
+    assert len(points) > 100
+    assert any(t.fp8 == "hybrid" and t.tp_comm_overlap for t in points) == (c.gpu.vendor == "nvidia")
     rules = search_rules(w, c)
     bad = [t for t in points if validate(w.model, w.effective(t), c) or rule_violations(rules, w.effective(t))]
     assert bad == []
@@ -137,7 +139,8 @@ def test_fix_allow_and_exclude_bind_the_space_the_seeds_and_every_evaluation():
     assert {w.effective(t).recompute_granularity for t in points} == {w.effective().recompute_granularity}
     rules_ = search_rules(w, cc)
     assert all(not rule_violations(rules_, w.effective(t)) for _, t in seed_plan(w, cc, budget=200))
-    codes = {v.code for v in evaluate_memory_only(w, cc, TrialConfig(tp=4, mbs=4, recompute_granularity="full")).violations}
+    refused = evaluate_memory_only(w, cc, TrialConfig(tp=4, mbs=4, recompute_granularity="full"))
+    codes = {v.code for v in refused.violations}
     assert {"constraint_fix", "constraint_allow", "constraint_exclude"} <= codes
 
 
@@ -178,7 +181,8 @@ def test_mcp_tools_honour_the_cluster_files_search_block(tmp_path):
         assert axes["tp"] == [2] and axes["moe_flex_dispatcher_backend"] == ["deepep"]
         refused = call("evaluate_memory_only", config={"tp": 1}).structured_content["result"]
         assert not refused["legal"] and refused["violations"][0]["code"] == "constraint_fix"
-        check = call("validate_config", config={"cuda_graph_impl": "transformer_engine"}).structured_content  # NVIDIA-only
+        check = call("validate_config",
+                     config={"cuda_graph_impl": "transformer_engine"}).structured_content  # NVIDIA-only
         assert "stack_knob" in {v["code"] for v in check["violations"]}
 
 
@@ -194,7 +198,8 @@ def test_off_spellings_pins_on_unsearched_knobs_and_stale_primus_settings_keep_t
     points = _points(pinned_w, pinned_c)
     cfgs = [pinned_w.effective(t) for t in points]
     assert cfgs and not any(c_.cross_entropy_loss_fusion for c_ in cfgs)
-    assert {(c_.recompute_method, c_.recompute_num_layers) for c_ in cfgs if c_.recompute_granularity == "full"} == {("block", 1)}
+    full = {(c_.recompute_method, c_.recompute_num_layers) for c_ in cfgs if c_.recompute_granularity == "full"}
+    assert full == {("block", 1)}
     rules = search_rules(pinned_w, pinned_c)
     assert not [x for x in cfgs if validate(w.model, x, pinned_c) or rule_violations(rules, x)]
     # a workload that sets Primus-Turbo DeepEP and sync-free stage 2: without EP both are off, with EP

@@ -161,7 +161,8 @@ def test_seed_plan_scores_at_benchmark_fidelity_through_the_same_path(tmp_path):
     from planner.runs import score_seed_plan
 
     w, c = example("llama8b")
-    gpu_cluster = c.model_copy(update={"has_gpu": True, "budget": c.budget.model_copy(update={"max_benchmark_calls": 2})})
+    gpu_cluster = c.model_copy(update={"has_gpu": True,
+                                       "budget": c.budget.model_copy(update={"max_benchmark_calls": 2})})
     with Ledger(tmp_path / "l.sqlite") as ledger:
         run = ledger.open_run(w, gpu_cluster)
         with pytest.raises(BenchmarkUnavailable, match="sees no GPU"):

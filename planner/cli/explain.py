@@ -9,7 +9,7 @@ from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
 from oracle.specs import ClusterSpec, TrialConfig, Workload
 
-from ..explain import explain, short_text
+from ..explanation import explain, short_text
 from ..runs import final_pick
 from .run_dir import add_run_arguments, open_run_ledger
 from .search_args import add_search_arguments, with_search_args

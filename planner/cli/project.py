@@ -24,7 +24,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
         p = kinds.add_parser(kind, help=help_text)
         p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
         p.add_argument("--target-cluster", required=True, help="target cluster YAML")
-        p.add_argument("--config", help="TrialConfig knobs, or a whole printed layout: inline JSON, a JSON/YAML file, @file, or - (stdin)")
+        p.add_argument("--config", help="TrialConfig knobs, or a whole printed layout: inline JSON, a JSON/YAML file, "
+                                        "@file, or - (stdin)")
         p.add_argument("--set", action="append", metavar="KEY=VALUE", help="one TrialConfig knob (repeatable)")
         p.add_argument("--json", action="store_true", help="print exactly one EvalResult JSON object")
         add_search_arguments(p)

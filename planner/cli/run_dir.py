@@ -18,7 +18,8 @@ def open_run_ledger(out_dir: str, run: int | None) -> tuple[Ledger, int]:
     """(the folder's ledger, the run id): the named run, or the latest one."""
     path = Path(out_dir) / "ledger.sqlite"
     if not path.is_file():
-        raise InputError("no ledger.sqlite in it: is it a `paratune tune` output folder?", file=out_dir, key="--out-dir")
+        raise InputError("no ledger.sqlite in it: is it a `paratune tune` output folder?", file=out_dir,
+                         key="--out-dir")
     ledger = Ledger(path)
     ids = [r.id for r in ledger.runs()]
     if not ids or (run is not None and run not in ids):

@@ -56,12 +56,14 @@ def constraints_from_args(args: argparse.Namespace) -> SearchConstraints:
     try:
         return SearchConstraints(fix=fix, allow=allow, exclude=tuple(args.exclude))
     except ValidationError as exc:
-        raise InputError(exc.errors()[0]["msg"].removeprefix("Value error, "), key=_culprit(fix, allow, args.exclude)) from None
+        raise InputError(exc.errors()[0]["msg"].removeprefix("Value error, "),
+                         key=_culprit(fix, allow, args.exclude)) from None
 
 
 def _culprit(fix: dict, allow: dict, exclude: list[str]) -> str:
     """The flag whose values are wrong on their own (else they clash with each other)."""
-    for flag, rules in (("--fix", {"fix": fix}), ("--allow", {"allow": allow}), ("--exclude", {"exclude": tuple(exclude)})):
+    for flag, rules in (("--fix", {"fix": fix}), ("--allow", {"allow": allow}),
+                        ("--exclude", {"exclude": tuple(exclude)})):
         try:
             SearchConstraints(**rules)
         except ValidationError:

@@ -75,10 +75,10 @@ def trial_from_args(config: str | None, sets: list[str] | None, workload: Worklo
     data = _config_mapping(config) if config else {}
     data.pop("key", None)  # a printed layout's cached key
     file = "--set" if sets else "--config"
-    if "num_layers" in data or "extends" in data:  # a workload file: its layout
+    if config and ("num_layers" in data or "extends" in data):  # a workload file: its layout
         trial = _from_workload_file(config.removeprefix("@"), workload)
         return build(TrialConfig, {**trial.model_dump(exclude_none=True), **_set_pairs(sets or [])}, file=file)
-    if _LAYOUT_FIELDS <= set(data):
+    if set(data) >= _LAYOUT_FIELDS:
         trial = _from_layout(data, workload, "--config")
         return build(TrialConfig, {**trial.model_dump(exclude_none=True), **_set_pairs(sets or [])}, file=file)
     data.update(_set_pairs(sets or []))

@@ -13,10 +13,10 @@ from oracle.constraints import pinned
 from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
 
-from ..explain import short_text
+from ..explanation import short_text
 from ..investigator.env_file import EnvFileError, load_env_file
-from ..investigator.models import InvestigatorOptions
-from ..tune import TuneOptions, tune
+from ..investigator.phase_types import InvestigatorOptions
+from ..tune_run import TuneOptions, tune
 from .search_args import add_search_arguments, search_argv, with_search_args
 
 

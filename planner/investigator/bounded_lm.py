@@ -12,7 +12,7 @@ from typing import Any
 import dspy
 
 from .failures import TRANSPORT, classify
-from .models import LLMBounds
+from .phase_types import LLMBounds
 
 CHARS_PER_TOKEN = 4  # the prompt estimate (no tokenizer download): about 4 characters per token in English
 

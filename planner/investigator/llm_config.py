@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel
 
 from .env_file import source_of, supplied
-from .models import LLMBounds
+from .phase_types import LLMBounds
 
 if TYPE_CHECKING:
     import dspy

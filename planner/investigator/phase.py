@@ -10,12 +10,11 @@ from pathlib import Path
 
 import dspy
 
-from .context import describe_progress, describe_run
 from .failures import one_line
-from .gate import Progress, ToolGate
 from .mcp_client import ServerConnection, ToolCallError, stdio_server
-from .models import InvestigationReport, InvestigatorOptions, PlanReport, RoundReport
+from .phase_types import InvestigationReport, InvestigatorOptions, PlanReport, RoundReport
 from .planner_module import plan, plan_note
+from .prompt_context import describe_progress, describe_run
 from .rounds import (
     AGENT_TOOLS,
     LOCAL_INTERPRETER_WARNING,
@@ -25,6 +24,7 @@ from .rounds import (
     run_round,
 )
 from .signatures import PlanLayouts
+from .tool_gate import Progress, ToolGate
 from .usage import UsageSink, drain_usage
 
 Note = Callable[[str], None]

@@ -7,10 +7,10 @@ from typing import Any
 
 import dspy
 
-from .gate import ToolGate
 from .mcp_client import ToolCallError
-from .models import CandidateOutcome, PlanReport
+from .phase_types import CandidateOutcome, PlanReport
 from .signatures import PlanLayouts
+from .tool_gate import ToolGate
 
 MAX_CANDIDATES = 8
 ECHO = 80  # characters of a malformed candidate kept in the report and the scratchpad

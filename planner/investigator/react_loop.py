@@ -21,7 +21,7 @@ class SteadyReAct(dspy.ReAct):
     def __init__(self, signature: Any, tools: list[Any], max_iters: int = 20):
         super().__init__(signature, tools=tools, max_iters=max_iters)
         react = self.react.signature.with_updated_fields("next_tool_name", type_=str)
-        self.react = dspy.Predict(react)
+        self.react: Any = dspy.Predict(react)
 
     def _tool(self, name: Any) -> tuple[str, Any] | tuple[None, None]:
         """The tool a step names, matched case- and separator-insensitively."""

@@ -10,11 +10,11 @@ from dspy.primitives.code_interpreter import CodeInterpreter
 from dspy.primitives.local_interpreter import LocalInterpreter
 
 from .failures import one_line
-from .gate import Progress, ToolGate
 from .mcp_client import ServerConnection
-from .models import InvestigatorOptions, RoundReport
+from .phase_types import InvestigatorOptions, RoundReport
 from .react_loop import SteadyReAct
 from .signatures import InvestigateRound
+from .tool_gate import Progress, ToolGate
 
 AGENT_TOOLS = ["evaluate_memory_only", "evaluate_simulate", "validate_config", "get_legal_axes", "get_history",
                "get_best", "get_budget_status", "note_to_scratchpad", "read_scratchpad"]

@@ -41,7 +41,8 @@ def hydra_overrides(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSp
     out += [f"{COMPANIONS[dest][1]}={_value(value)}"
             for dest, value in companions(cfg, workload.model, cluster.gpu.vendor).items()]
     out += [f"model.sequence_parallel={_value(cfg.sequence_parallel and cfg.tp > 1)}",
-            f"model.seq_length={cfg.seq_length}", f"comm_overlap.overlap_param_gather={_value(workload.training.overlap_param_gather)}"]
+            f"model.seq_length={cfg.seq_length}",
+            f"comm_overlap.overlap_param_gather={_value(workload.training.overlap_param_gather)}"]
     return out
 
 
@@ -49,7 +50,8 @@ def command(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) -> s
     """The run_recipe.py line (from a Megatron-Bridge checkout, on every node; RECIPE names the recipe
     function the workload follows)."""
     launcher = (f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {cluster.gpus_per_node} "
-                "--node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} --master-port ${MASTER_PORT:-6000}")
+                "--node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} "
+                "--master-port ${MASTER_PORT:-6000}")
     lines = [f'{launcher} scripts/training/run_recipe.py --recipe "${{RECIPE:?the Bridge recipe function}}" '
              "--mode pretrain \\"]
     lines += [f"    {shlex.quote(o)} \\" for o in hydra_overrides(cfg, workload, cluster)]

@@ -79,6 +79,7 @@ def layout_flags(cfg: EffectiveConfig, workload: Workload, vendor: str) -> tuple
     off: list[str] = []
     for name, value in knob_values(cfg, workload.model, "megatron-lm", vendor).items():
         flag = KNOB_SPECS[name].megatron_lm
+        assert flag is not None  # knob_values yields only the knobs this stack has
         if name == "grad_reduce_in_fp32":  # the CLI's flag is the inverse
             (off if value else on).append(flag)
         elif value is True:
@@ -112,13 +113,16 @@ def command(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) -> s
     model = workload.model
     on, off = layout_flags(cfg, workload, cluster.gpu.vendor)
     launcher = (f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {cluster.gpus_per_node} "
-                "--node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} --master-port ${MASTER_PORT:-6000}")
+                "--node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} "
+                "--master-port ${MASTER_PORT:-6000}")
     dtype = "--fp16" if workload.training.fp16 else "--bf16"  # FP8 GEMMs run inside a BF16/FP16 model
     flags = [*model_flags(model, cfg.seq_length), *on, dtype]
     lines = [f"{launcher} pretrain_gpt.py \\", *(f"    {f} \\" for f in flags), '    "$@"']
     if model.attention_chunk_size:
-        lines.append(f"# not a Megatron-LM argument: attention_chunk_size {model.attention_chunk_size} (Llama 4's chunked "
-                     "attention, Megatron-Bridge llama4_utils.py); this command runs full attention on those layers")
+        lines.append(f"# not a Megatron-LM argument: attention_chunk_size {model.attention_chunk_size} "
+                     "(Llama 4's chunked attention, Megatron-Bridge llama4_utils.py); "
+                     "this command runs full attention on those layers")
     if off:
-        lines.append(f"# off (the Megatron-LM default: store_true flags with no --no- form, or value flags left unset): {' '.join(off)}")
+        lines.append("# off (the Megatron-LM default: store_true flags with no --no- form, or value flags left unset): "
+                     + " ".join(off))
     return "\n".join(lines)

@@ -28,6 +28,7 @@ def overrides(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) ->
     out: dict[str, Any] = {}
     for name, value in knob_values(cfg, workload.model, "primus", cluster.gpu.vendor).items():
         key = KNOB_SPECS[name].primus
+        assert key is not None  # knob_values yields only the knobs this stack has
         if name == "grad_reduce_in_fp32":
             value = not value  # Primus's key is grad_reduce_in_bf16
         out[key] = list(value) if isinstance(value, tuple) else value

@@ -24,9 +24,8 @@ def knob_values(cfg: EffectiveConfig, model: ModelArch, stack: Stack, vendor: st
         out["recompute_method"] = out["recompute_num_layers"] = None
     if cfg.recompute_granularity != "selective":
         out["recompute_modules"] = None
-    if cfg.pp_layout:  # the layout string fixes VPP itself; Megatron refuses both (arguments.py)
-        out["vpp"] = None
-    elif out.get("vpp") == 1:
+    # the layout string fixes VPP itself (Megatron refuses both, arguments.py); VPP 1 means none
+    if cfg.pp_layout or out.get("vpp") == 1:
         out["vpp"] = None
     return out
 

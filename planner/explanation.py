@@ -3,11 +3,12 @@ re-projected, and the term-by-term difference of the two time and memory breakdo
 
 The path is greedy over knob units (a knob, or a knob with those that only qualify it: recompute's
 method, layers and modules; virtual stages and the schedule that runs them; the dispatcher's backend
-and Primus-Turbo; the pipeline split's fields): at each step the unit, or pair of units when no single one fits, that leaves a legal layout
-that fits and gains the most tokens/s/GPU is taken; when none fits, the best legal one, and the step
-says so. A step's gain is measured from the last layout that had a throughput. Knob effects interact, so a step's gain depends on the order: each
-step also carries the change's gain applied alone to the baseline, and the difference is the
-interaction the order assigned to it. The steps telescope: they sum to the winner minus the baseline.
+and Primus-Turbo; the pipeline split's fields): at each step the unit, or pair of units when no single
+one fits, that leaves a legal layout that fits and gains the most tokens/s/GPU is taken; when none
+fits, the best legal one, and the step says so. A step's gain is measured from the last layout that
+had a throughput. Knob effects interact, so a step's gain depends on the order: each step also
+carries the change's gain applied alone to the baseline, and the difference is the interaction the
+order assigned to it. The steps telescope: they sum to the winner minus the baseline.
 """
 
 from __future__ import annotations
@@ -118,7 +119,7 @@ def explain(workload: Workload, cluster: ClusterSpec, baseline: TrialConfig, win
         return evaluate_simulate(workload, cluster, TrialConfig(**{**knobs, **_targets(move, changes)}))
 
     while remaining:
-        trials = {(u,): project(current, (u,)) for u in remaining}
+        trials: dict[tuple[tuple[str, ...], ...], EvalResult] = {(u,): project(current, (u,)) for u in remaining}
         if not any(r.legal and r.fits for r in trials.values()):
             trials |= {m: project(current, m) for m in combinations(remaining, 2)}
         move = max(trials, key=lambda m: _ok(trials[m]))

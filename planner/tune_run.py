@@ -22,14 +22,14 @@ from oracle.errors import InputError
 from oracle.evaluate import evaluate_simulate
 from oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
 
-from .explain import Explanation, explain
+from .explanation import Explanation, explain
 from .investigator.llm_config import (
     LLMConfig,
     LLMNotConfigured,
     dry_run_llm,
     resolve_llm,
 )
-from .investigator.models import InvestigationReport, InvestigatorOptions
+from .investigator.phase_types import InvestigationReport, InvestigatorOptions
 from .launch import LaunchPlan
 from .pick import Pick, PickRule
 from .runs import final_pick, how_to_run, record_sweep, score_seed_plan, write_artifacts
@@ -64,7 +64,7 @@ class TuneOutcome(BaseModel):
     winner_calibrated: Calibrated | None
     pick: Pick | None
     baseline: EvalResult = Field(description="the workload's own layout, simulated")
-    attribution: Explanation | None = Field(description="why the winner beats the baseline (planner/explain.py)")
+    attribution: Explanation | None = Field(description="why the winner beats the baseline (planner/explanation.py)")
     seed_best: float | None
     sweep_best: float | None
     seed_vs_sweep: float | None

@@ -68,7 +68,8 @@ def compact_knobs(schema: dict[str, Any]) -> str:
             return "|".join(str(v) for v in node["enum"])
         if node.get("type") == "array":
             return f"list of {kind(node.get('items', {}))}"
-        return {"integer": "int", "boolean": "bool", "string": "str", "number": "float"}.get(node.get("type"), "any")
+        names: dict[Any, str] = {"integer": "int", "boolean": "bool", "string": "str", "number": "float"}
+        return names.get(node.get("type"), "any")
 
     lines = []
     for name, prop in schema.get("properties", {}).items():

@@ -34,7 +34,7 @@ class InvestigatorOptions(BaseModel):
     phase_timeout_s: float | None = Field(default=None, gt=0, description="the whole phase; default "
                                                                             "agent.llm.phase_timeout_s")
 
-    def bounds(self, cluster: Any) -> "LLMBounds":
+    def bounds(self, cluster: Any) -> LLMBounds:
         """The phase's limits: these options where given, else the cluster's agent.llm block."""
         return LLMBounds(call_timeout_s=self.call_timeout_s or cluster.llm_timeout_s,
                          max_tokens=self.max_tokens or cluster.llm_max_tokens,
@@ -107,7 +107,8 @@ class InvestigationReport(BaseModel):
         plan = "plan failed" if self.plan.error else f"plan: {len(self.plan.candidates)} candidate(s)"
         return (f"{plan}; {ok} round(s) ok, {len(self.rounds) - ok} failed; {self.llm_trials} LLM trial(s) "
                 f"simulated; {self.llm_calls} LLM call(s) answered"
-                + (f" ({self.truncated_calls} cut at max_tokens: raise --llm-max-tokens)" if self.truncated_calls else "")
+                + (f" ({self.truncated_calls} cut at max_tokens: raise --llm-max-tokens)"
+                   if self.truncated_calls else "")
                 + f", {self.failed_calls} failed; stopped: {self.stop_reason}")
 
     @property
