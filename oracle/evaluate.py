@@ -36,26 +36,16 @@ def _stage_layers(stages: tuple[Stage, ...]) -> dict[str, float]:
     return {f"stage_{k}_layers": float(s.decoders) for k, s in enumerate(stages)}
 
 
-_VIOLATIONS: dict[tuple[int, str, int], tuple[Workload, ClusterSpec, tuple[Violation, ...]]] = {}
-_VIOLATIONS_SIZE = 65536
-
-
 def layout_violations(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig) -> list[Violation]:
     """Every legality rule and search constraint (stack, precision, pinned knobs) `cfg` breaks, empty when
-    legal: checked once per (workload object, layout key, cluster object), so a caller that screens a
-    layout and then scores it does not validate it twice."""
-    key = (id(workload), cfg.key, id(cluster))
-    hit = _VIOLATIONS.get(key)
-    if hit is None:
-        if len(_VIOLATIONS) >= _VIOLATIONS_SIZE:
-            _VIOLATIONS.clear()
-        found = validate(workload.model, cfg, cluster) + rule_violations(search_rules(workload, cluster), cfg)
-        hit = _VIOLATIONS[key] = (workload, cluster, tuple(found))  # the entry keeps the objects (and ids) alive
-    return list(hit[2])
+    legal: the one check every caller runs before scoring a layout."""
+    return validate(workload.model, cfg, cluster) + rule_violations(search_rules(workload, cluster), cfg)
 
 
-def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig, *, performance: bool) -> EvalResult:
-    """Legality, then memory, then (when `performance`) the simulated iteration of one layout."""
+def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConfig, *, performance: bool,
+                    violations: list[Violation] | None = None) -> EvalResult:
+    """Legality, then memory, then (when `performance`) the simulated iteration of one layout;
+    `violations`: what `layout_violations` already found for it (not checked again)."""
     config = dict(cfg.__dict__)
     key = config.pop("key", None) or cfg.key  # resolve() caches the key among the fields
     source = "simulate" if performance else "memory_only"
@@ -63,7 +53,8 @@ def evaluate_config(workload: Workload, cluster: ClusterSpec, cfg: EffectiveConf
     model = workload.model
     facts = layout_facts(model, cfg, world)
     dp = facts.dp
-    violations = layout_violations(workload, cluster, cfg)
+    if violations is None:
+        violations = layout_violations(workload, cluster, cfg)
     if violations:
         return trusted(EvalResult, {
             "legal": False, "reason": "; ".join(v.message for v in violations), "violations": violations,

@@ -15,11 +15,9 @@ from ledger.models import Fidelity, Measurement, TrialRecord
 from ledger.store import BudgetExhausted, Ledger
 from oracle.benchmark import evaluate_with_benchmark
 from oracle.benchmark.cache import LedgerCache
-from oracle.constraints import rule_violations, search_rules
-from oracle.evaluate import evaluate_config
-from oracle.legality import validate
+from oracle.evaluate import evaluate_config, layout_violations
 from oracle.performance.uncertainty import uncertainty
-from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
+from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Violation, Workload
 
 from .investigator.llm_config import named_llm
 from .launch import LaunchPlan, launch_plan
@@ -29,14 +27,16 @@ from .plots import write_breakdown_plot
 from .seed_plan import seed_plan
 from .sweep import SweepResult
 
-Scorer = Callable[[Ledger, Workload, ClusterSpec, EffectiveConfig], EvalResult]
+Scorer = Callable[[Ledger, Workload, ClusterSpec, EffectiveConfig, list[Violation]], EvalResult]
 
-# How each fidelity is evaluated; benchmark measurements are cached per shape in the run's ledger.
+# fidelity -> how a layout is scored, given the violations `score` already found (not checked again)
 SCORERS: dict[str, Scorer] = {
-    "memory_only": lambda ledger, workload, cluster, cfg: evaluate_config(workload, cluster, cfg, performance=False),
-    "simulate": lambda ledger, workload, cluster, cfg: evaluate_config(workload, cluster, cfg, performance=True),
-    "benchmark": lambda ledger, workload, cluster, cfg: evaluate_with_benchmark(
-        workload, cluster, cfg, cache=LedgerCache(ledger)),
+    "memory_only": lambda ledger, workload, cluster, cfg, violations: evaluate_config(
+        workload, cluster, cfg, performance=False, violations=violations),
+    "simulate": lambda ledger, workload, cluster, cfg, violations: evaluate_config(
+        workload, cluster, cfg, performance=True, violations=violations),
+    "benchmark": lambda ledger, workload, cluster, cfg, violations: evaluate_with_benchmark(
+        workload, cluster, cfg, cache=LedgerCache(ledger), violations=violations),
 }
 
 
@@ -52,14 +52,15 @@ def score(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
     illegal layout (or one a search constraint refuses) is recorded with its violations without
     spending budget. A new trial of a run with measurements is stored with its calibrated projection."""
     scorer = SCORERS[fidelity]
-    if validate(workload.model, cfg, cluster) or rule_violations(search_rules(workload, cluster), cfg):
+    violations = layout_violations(workload, cluster, cfg)  # checked once: the scorer takes them
+    if violations:
         hit = ledger.lookup(run_id, cfg.key, fidelity)
         if hit is not None:
             return hit, True
-        result = scorer(ledger, workload, cluster, cfg)
+        result = scorer(ledger, workload, cluster, cfg, violations)
         return ledger.record_trial(run_id, cfg, result, fidelity=fidelity, wall_ms=0.0, origin=origin), False
-    record, cached = ledger.evaluate_once(run_id, cfg, fidelity, lambda: scorer(ledger, workload, cluster, cfg),
-                                          origin=origin)
+    record, cached = ledger.evaluate_once(run_id, cfg, fidelity,
+                                          lambda: scorer(ledger, workload, cluster, cfg, violations), origin=origin)
     if not cached and record.result.iteration_ms and recalibrate(ledger, run_id, [record.id]) is not None:
         record = ledger.trial(run_id, record.id)
     return record, cached

@@ -12,8 +12,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from oracle.constraints import rule_violations, search_axes, search_rules
-from oracle.legality import validate
+from oracle.constraints import search_axes
+from oracle.evaluate import layout_violations
 from oracle.pipeline_split import candidate_splits
 from oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
 
@@ -81,12 +81,11 @@ def _tiers(workload: Workload, cluster: ClusterSpec, base: EffectiveConfig) -> I
 def seed_plan(workload: Workload, cluster: ClusterSpec, budget: int | None = None) -> list[Candidate]:
     """Legal, distinct candidates in tier order (at most `budget`), each tagged `seed:<tier>`."""
     base = workload.effective()
-    rules = search_rules(workload, cluster)
     seen: set[str] = set()
     out: list[Candidate] = []
     for tier, trial in _tiers(workload, cluster, base):
         cfg = workload.effective(trial)
-        if cfg.key in seen or validate(workload.model, cfg, cluster) or rule_violations(rules, cfg):
+        if cfg.key in seen or layout_violations(workload, cluster, cfg):
             continue
         seen.add(cfg.key)
         out.append((f"seed:{tier}", trial))

@@ -28,10 +28,10 @@ from oracle.constraints import (
     Rule,
     allowed,
     canonical,
-    rule_violations,
     search_axes,
     search_rules,
 )
+from oracle.evaluate import layout_violations
 from oracle.identity_cache import by_identity
 from oracle.layout import microbatch_count, replicas
 from oracle.legality import validate
@@ -113,7 +113,7 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
                 fixed={"cross_entropy_loss_fusion": _first_allowed(rules, "cross_entropy_loss_fusion", [True, False]),
                        "overlap_grad_reduce": _first_allowed(rules, "overlap_grad_reduce", [True, False])},
                 rules=rules, rocm=cluster.gpu.vendor == "amd", graphs=graphs,
-                check=_checker(workload, cluster, rules) if _named(cluster) - NATIVE_CONSTRAINTS else None)
+                check=_checker(workload, cluster) if _named(cluster) - NATIVE_CONSTRAINTS else None)
 
 
 # Knobs whose pins and limits the space applies itself (each is an axis filtered by the rules, and its
@@ -127,13 +127,12 @@ def _named(cluster: ClusterSpec) -> set[str]:
     return set(s.fix) | set(s.allow) | set(s.exclude)
 
 
-def _checker(workload: Workload, cluster: ClusterSpec, rules: tuple[Rule, ...]) -> Callable[[TrialConfig], bool]:
+def _checker(workload: Workload, cluster: ClusterSpec) -> Callable[[TrialConfig], bool]:
     """Whether a point is legal and every rule allows it: the space is legal by construction under the
     stack's rules, the precision rule and constraints on its own axes, but a user's pin on another knob
     can meet any legality rule."""
     def check(trial: TrialConfig) -> bool:
-        cfg = workload.effective(trial)
-        return not validate(workload.model, cfg, cluster) and not rule_violations(rules, cfg)
+        return not layout_violations(workload, cluster, workload.effective(trial))
     return check
 
 

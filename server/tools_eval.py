@@ -16,10 +16,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, BeforeValidator, Field
 
 from ledger import BudgetLine, Calibrated, Fidelity
-from oracle.constraints import rule_violations, search_axes, search_rules
+from oracle.constraints import search_axes
 from oracle.errors import InputError
+from oracle.evaluate import layout_violations
 from oracle.layout import layout_facts
-from oracle.legality import LegalAxes, validate
+from oracle.legality import LegalAxes
 from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
 from planner.explanation import Explanation
 from planner.explanation import explain as explain_path
@@ -115,8 +116,7 @@ def tools(session: Session) -> list[Callable]:
         (free, not recorded)."""
         a = session.active
         cfg = a.workload.effective(config)
-        violations = (validate(a.workload.model, cfg, a.cluster)
-                      + rule_violations(search_rules(a.workload, a.cluster), cfg))
+        violations = layout_violations(a.workload, a.cluster, cfg)
         return Validation(legal=not violations, violations=violations, config=cfg, config_key=cfg.key,
                           derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
 

@@ -23,6 +23,7 @@ from ..specs import (
     EvalResult,
     ModelArch,
     TrialConfig,
+    Violation,
     Workload,
 )
 from .analytic import LayerProjection, project_all_gather, project_layer, tp_bytes
@@ -123,14 +124,16 @@ def _anchored_memory(base: EvalResult, act_scale: dict[str, float],
 
 def evaluate_with_benchmark(workload: Workload, cluster: ClusterSpec,
                             trial_or_cfg: TrialConfig | EffectiveConfig | None = None, *, allow_cpu: bool = False,
-                            cache: MeasurementCache | None = None, progress: Progress | None = None) -> EvalResult:
+                            cache: MeasurementCache | None = None, progress: Progress | None = None,
+                            violations: list[Violation] | None = None) -> EvalResult:
     """Legality, memory and iteration time of one layout, anchored to layers measured on this host.
 
     Illegal layouts come back legal=false with nothing measured. Raises BenchmarkUnavailable when no
     GPU can be used (`allow_cpu`: a CPU smoke run on tiny shapes instead). `cache` (get/put) defaults to
-    one per process; `progress(done, total, message)` follows the layers."""
+    one per process; `progress(done, total, message)` follows the layers; `violations`: the layout's, when
+    the caller has checked them already."""
     cfg = trial_or_cfg if isinstance(trial_or_cfg, EffectiveConfig) else workload.effective(trial_or_cfg)
-    base = evaluate_config(workload, cluster, cfg, performance=True)
+    base = evaluate_config(workload, cluster, cfg, performance=True, violations=violations)
     if not base.legal:
         return base.model_copy(update={"source": "benchmark"})
     device = benchmark_device(cluster, allow_cpu)
