@@ -19,8 +19,8 @@ from oracle.evaluate import evaluate_config, layout_violations
 from oracle.performance.uncertainty import uncertainty
 from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Violation, Workload
 
-from .investigator.llm_config import named_llm
 from .launch import LaunchPlan, launch_plan
+from .llm.selection import named_llm
 from .measurements import recalibrate
 from .pick import Pick, PickRule, pick
 from .plots import write_breakdown_plot

@@ -23,14 +23,14 @@ from oracle.evaluate import evaluate_simulate
 from oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
 
 from .explanation import Explanation, explain
-from .investigator.llm_config import (
+from .investigator.phase_types import InvestigationReport, InvestigatorOptions
+from .launch import LaunchPlan
+from .llm.selection import (
     LLMConfig,
     LLMNotConfigured,
     dry_run_llm,
     resolve_llm,
 )
-from .investigator.phase_types import InvestigationReport, InvestigatorOptions
-from .launch import LaunchPlan
 from .pick import Pick, PickRule
 from .runs import final_pick, how_to_run, record_sweep, score_seed_plan, write_artifacts
 from .sweep import SweepResult, sweep
@@ -108,9 +108,9 @@ def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, cluster: ClusterSpec,
               ) -> tuple[SeedOutcome | None, InvestigationReport | None, str]:
     """(seeds, report, status line): the seed plan, then the LLM phase, over one `paratune serve` on this run's
     ledger that does all the scoring (one oracle start-up); seeds is None when the server never got to them."""
-    from .investigator.failures import one_line
-    from .investigator.llm_config import build_lm
+    from .investigator.bounded_lm import build_lm
     from .investigator.phase import investigate, serve_run
+    from .llm.failures import one_line
 
     seeds: SeedOutcome | None = None
     start = time.perf_counter()

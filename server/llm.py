@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from ledger import Ledger
 from ledger.keyguard import mask_secrets, refuse_keys
 from oracle.errors import InputError
-from planner.investigator.failures import classify
-from planner.investigator.llm_config import (
+from planner.llm.failures import classify
+from planner.llm.selection import (
     KEYLESS_PLACEHOLDER,
     LLMNotConfigured,
     offline_litellm,

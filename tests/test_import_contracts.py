@@ -20,7 +20,10 @@ FORBIDDEN = {
     "server": {"calibration"},
 }
 ALLOWED = {("planner.cli", "server")}
-FORBIDDEN_SUBMODULES = {"server": ("planner.cli",)}  # the server never imports the command line
+# The server sits below the command line, the run orchestration and the LLM investigator (an MCP client
+# of it); what it shares with the investigator (LLM names, keys, failure classes) is planner.llm.
+FORBIDDEN_SUBMODULES = {"server": ("planner.cli", "planner.tune_run", "planner.investigator"),
+                        "planner.llm": ("planner.investigator", "dspy")}
 
 
 def _imports(path: Path) -> set[str]:

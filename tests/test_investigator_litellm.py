@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 
 from oracle.inputs import load_cluster, load_workload
-from planner.investigator.llm_config import (
+from planner.investigator.bounded_lm import build_lm
+from planner.investigator.phase_types import InvestigatorOptions
+from planner.llm.bounds import LLMBounds
+from planner.llm.selection import (
     LLMConfig,
     LLMNotConfigured,
-    build_lm,
     resolve_llm,
 )
-from planner.investigator.phase_types import InvestigatorOptions, LLMBounds
 from planner.tune_run import TuneOptions, tune
 
 from .test_investigator_common import (
@@ -114,11 +115,11 @@ def test_one_precedence_environment_first_and_credentials_decide(clean_llm_env):
 
 
 def test_a_dot_env_file_sits_below_the_environment_and_above_the_cluster(clean_llm_env, tmp_path):
-    from planner.investigator import env_file
+    from planner.llm import env_file
 
     env = clean_llm_env
     env.setattr(env_file, "supplied", set())
-    env.setattr("planner.investigator.llm_config.supplied", env_file.supplied)
+    env.setattr("planner.llm.selection.supplied", env_file.supplied)
     dotenv = tmp_path / "llm.env"
     dotenv.write_text(f"# LLM settings\nexport LLM_MODEL=openai/from-dotenv\nOPENAI_API_KEY='{KEY}'\n"
                       "OPENAI_API_BASE=http://127.0.0.1:9/v1\n")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from planner.investigator.bounded_lm import BoundedLM, PhaseStop, prompt_tokens
-from planner.investigator.phase_types import LLMBounds
+from planner.llm.bounds import LLMBounds
 
 from .test_investigator_common import (
     FITS,

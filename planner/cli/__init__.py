@@ -8,7 +8,7 @@ import sys
 
 from oracle.errors import InputError
 
-from ..investigator.llm_config import offline_litellm
+from ..llm.selection import offline_litellm
 from . import catalog, explain, measure, project, serve, tune
 
 

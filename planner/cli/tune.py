@@ -14,8 +14,8 @@ from oracle.errors import InputError
 from oracle.inputs import load_cluster, load_workload
 
 from ..explanation import short_text
-from ..investigator.env_file import EnvFileError, load_env_file
 from ..investigator.phase_types import InvestigatorOptions
+from ..llm.env_file import EnvFileError, load_env_file
 from ..tune_run import TuneOptions, tune
 from .search_args import add_search_arguments, search_argv, with_search_args
 

@@ -5,14 +5,16 @@ every round."""
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import dspy
 
-from .failures import TRANSPORT, classify
-from .phase_types import LLMBounds
+from ..llm.bounds import LLMBounds
+from ..llm.failures import TRANSPORT, classify
+from ..llm.selection import DRY_RUN, KEYLESS_PLACEHOLDER, LLMConfig, offline_litellm
 
 CHARS_PER_TOKEN = 4  # the prompt estimate (no tokenizer download): about 4 characters per token in English
 
@@ -96,3 +98,20 @@ class BoundedLM(dspy.LM):
             raise
         self.consecutive = 0
         return out
+
+
+def build_lm(config: LLMConfig, bounds: LLMBounds) -> dspy.BaseLM:
+    """A DSPy LM for `config`: the scripted one for --dry-run, else LiteLLM with no response cache (every
+    call is a real one), bounded by `bounds` (`BoundedLM`)."""
+    if config.source == DRY_RUN:
+        from .dry import DryRunLM
+
+        return DryRunLM(config.model)
+
+    offline_litellm()
+    extra: dict[str, str] = {}
+    if config.api_base:
+        extra["api_base"] = config.api_base
+        if not os.environ.get("OPENAI_API_KEY"):
+            extra["api_key"] = KEYLESS_PLACEHOLDER
+    return BoundedLM(config.model, bounds, **extra)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import dspy
 
-from .failures import one_line
+from ..llm.failures import one_line
 from .mcp_client import ServerConnection, ToolCallError, stdio_server
 from .phase_types import InvestigationReport, InvestigatorOptions, PlanReport, RoundReport
 from .planner_module import plan, plan_note

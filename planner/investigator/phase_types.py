@@ -7,17 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-
-class LLMBounds(BaseModel):
-    """Limits of the LLM phase: each call, its retries and tokens, and the whole phase's wall clock."""
-
-    call_timeout_s: float
-    max_tokens: int
-    retries: int
-    phase_timeout_s: float
-    breaker: int = Field(default=3, description="consecutive transport failures that end the phase")
-    context_window: int | None = Field(default=None, description="the model's input tokens (agent.llm."
-                                                                  "context_window, else LiteLLM's model info)")
+from ..llm.bounds import LLMBounds
 
 
 class InvestigatorOptions(BaseModel):

@@ -9,7 +9,7 @@ from typing import Any
 
 import dspy
 
-from .failures import classify, one_line
+from ..llm.failures import classify, one_line
 
 PARSE_RETRIES = 2  # unreadable steps in a row before the round stops stepping
 

@@ -9,7 +9,7 @@ import dspy
 from dspy.primitives.code_interpreter import CodeInterpreter
 from dspy.primitives.local_interpreter import LocalInterpreter
 
-from .failures import one_line
+from ..llm.failures import one_line
 from .mcp_client import ServerConnection
 from .phase_types import InvestigatorOptions, RoundReport
 from .react_loop import SteadyReAct

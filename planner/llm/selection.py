@@ -1,4 +1,4 @@
-"""Which LLM the investigator uses, and whether its credentials are present.
+"""Which LLM the investigator (and `query_llm`) uses, and whether its credentials are present.
 
 One precedence, environment first:
   model    = env LLM_MODEL, else the cluster file's agent.llm.model, else openai/gpt-4o (LiteLLM
@@ -12,15 +12,11 @@ Keys are read by LiteLLM from the environment only: never copied into the config
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import BaseModel
 
 from .env_file import source_of, supplied
-from .phase_types import LLMBounds
-
-if TYPE_CHECKING:
-    import dspy
 
 KEYLESS_PLACEHOLDER = "unused"  # OpenAI-compatible endpoints without auth still need a non-empty key
 DRY_RUN = "--dry-run"
@@ -80,22 +76,3 @@ def resolve_llm(cluster_model: str | None) -> LLMConfig:
 def dry_run_llm() -> LLMConfig:
     """The scripted LM of `--dry-run` (no provider, no key)."""
     return LLMConfig(model="dry-run/scripted", source=DRY_RUN)
-
-
-def build_lm(config: LLMConfig, bounds: LLMBounds) -> dspy.BaseLM:
-    """A DSPy LM for `config`: the scripted one for --dry-run, else LiteLLM with no response cache (every
-    call is a real one), bounded by `bounds` (`BoundedLM`)."""
-    if config.source == DRY_RUN:
-        from .dry import DryRunLM
-
-        return DryRunLM(config.model)
-
-    offline_litellm()
-    extra: dict[str, str] = {}
-    if config.api_base:
-        extra["api_base"] = config.api_base
-        if not os.environ.get("OPENAI_API_KEY"):
-            extra["api_key"] = KEYLESS_PLACEHOLDER
-    from .bounded_lm import BoundedLM
-
-    return BoundedLM(config.model, bounds, **extra)
