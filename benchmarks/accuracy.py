@@ -3,12 +3,7 @@ product's own verdicts (calibration/report.py). The last line is `mape=X% max_ab
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from calibration.report import main  # noqa: E402
+from paratune.calibration.report import main
 
 if __name__ == "__main__":
     main()

@@ -16,14 +16,13 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paratune.oracle.benchmark import BenchmarkUnavailable, MemoryCache, evaluate_with_benchmark
+from paratune.oracle.benchmark.gate import benchmark_device, fp8_unsupported
+from paratune.oracle.catalog import gpu
+from paratune.oracle.inputs import load_workload
+from paratune.oracle.specs import ClusterSpec, TrialConfig
 
-from oracle.benchmark import BenchmarkUnavailable, MemoryCache, evaluate_with_benchmark  # noqa: E402
-from oracle.benchmark.gate import benchmark_device, fp8_unsupported  # noqa: E402
-from oracle.catalog import gpu  # noqa: E402
-from oracle.inputs import load_workload  # noqa: E402
-from oracle.specs import ClusterSpec, TrialConfig  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 WORKLOADS = ROOT / "examples" / "workloads"
 # (label, workload file, layout knobs, nodes of 8 H200): the shapes the issue asks for.

@@ -19,12 +19,11 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paratune.ledger import Ledger
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.inputs import load_cluster, load_workload
 
-from ledger import Ledger  # noqa: E402
-from oracle.evaluate import evaluate_simulate  # noqa: E402
-from oracle.inputs import load_cluster, load_workload  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 WORKLOAD = ROOT / "examples" / "workloads" / "llama3-8b-mi300x.yaml"
 CLUSTER = ROOT / "examples" / "clusters" / "mi300x-1n.yaml"

@@ -20,11 +20,10 @@ import anyio
 import yaml
 from mcp import Client, StdioServerParameters
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.planner.space import enumerate_space
 
-from oracle.inputs import load_cluster, load_workload  # noqa: E402
-from planner.space import enumerate_space  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 WORKLOAD = ROOT / "examples" / "workloads" / "llama3-8b-mi300x.yaml"
 CLUSTER = ROOT / "examples" / "clusters" / "mi300x-1n.yaml"

@@ -22,7 +22,7 @@ import sys
 sys.path.insert(0, {str(HERE)!r})
 from oracle_speed import grid
 from shipped import shipped
-from oracle.evaluate import evaluate_memory_only
+from paratune.oracle.evaluate import evaluate_memory_only
 n, done = int(sys.argv[1]), 0
 for workload, cluster in shipped():
     trials = grid(workload, cluster, 3000)[:n]

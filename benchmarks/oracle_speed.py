@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from shipped import shipped  # noqa: E402
 
-from oracle.evaluate import evaluate_memory_only, evaluate_simulate  # noqa: E402
-from oracle.legality import legal_axes  # noqa: E402
-from oracle.specs import TrialConfig  # noqa: E402
+from paratune.oracle.evaluate import evaluate_memory_only, evaluate_simulate  # noqa: E402
+from paratune.oracle.legality import legal_axes  # noqa: E402
+from paratune.oracle.specs import TrialConfig  # noqa: E402
 
 REPEATS = 7
 

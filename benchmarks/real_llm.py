@@ -24,12 +24,11 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.planner.investigator.phase_types import InvestigatorOptions
+from paratune.planner.tune_run import TuneOptions, tune
 
-from oracle.inputs import load_cluster, load_workload  # noqa: E402
-from planner.investigator.phase_types import InvestigatorOptions  # noqa: E402
-from planner.tune_run import TuneOptions, tune  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 WORKLOAD = ROOT / "examples" / "workloads" / "llama3-8b-mi300x.yaml"
 CLUSTER = ROOT / "examples" / "clusters" / "mi300x-1n.yaml"

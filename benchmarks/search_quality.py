@@ -18,9 +18,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from shipped import shipped  # noqa: E402
 
-from ledger.store import Ledger  # noqa: E402
-from planner.runs import score_seed_plan  # noqa: E402
-from planner.sweep import sweep  # noqa: E402
+from paratune.ledger.store import Ledger  # noqa: E402
+from paratune.planner.runs import score_seed_plan  # noqa: E402
+from paratune.planner.sweep import sweep  # noqa: E402
 
 
 def main() -> None:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.specs import ClusterSpec, Workload
 
-from oracle.inputs import load_cluster, load_workload  # noqa: E402
-from oracle.specs import ClusterSpec, Workload  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PAIRS = [
     ("mixtral-8x22b-mi355x.yaml", "mi355x-4n.yaml"),

@@ -10,7 +10,7 @@ Origami serving the GEMMs (skipped, value kept, where rocm-origami is not instal
 no rows and takes hopper's values. Writes oracle/performance/calibration.yaml (`fitted:` apart from
 `held:`, which the fit never changes) and prints the
 error table (benchmarks/accuracy.py). Usage, from the repository root:
-.venv/bin/python -m calibration.fit [--check]
+.venv/bin/python -m paratune.calibration.fit [--check]
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import sys
 
 import yaml
 
-from oracle.catalog import gpu as catalog_gpu
-from oracle.performance import calibration
-from oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted
-from oracle.performance.gemm_origami import origami_available
+from paratune.oracle.catalog import gpu as catalog_gpu
+from paratune.oracle.performance import calibration
+from paratune.oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted
+from paratune.oracle.performance.gemm_origami import origami_available
 
 from .report import throughput_report as report
 from .rows import Row, load_rows, order_pairs, project
@@ -178,7 +178,7 @@ def _dump(data: dict, rows: list[Row]) -> str:
     """calibration.yaml: `fitted` (what the fit chose, and on what) apart from `held` (what it does not
     touch, each with its source or reason)."""
     fitted, held = data["fitted"], data["held"]
-    out = ["# Written by `python -m calibration.fit` (calibration/fit.py) on calibration/data/throughput.csv",
+    out = ["# Written by `python -m paratune.calibration.fit` (calibration/fit.py) on calibration/data/throughput.csv",
            "# and calibration/data/extra_throughput.csv. fitted: the values the fit chose and what each was",
            "# fitted on. held: the values it does not touch, each with its source or reason.",
            "fitted:",

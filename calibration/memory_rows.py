@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from oracle.catalog import gpu as catalog_gpu
-from oracle.catalog import model_card
-from oracle.evaluate import evaluate_config
-from oracle.performance.work import RECOMPUTE_MODULES
-from oracle.specs import ClusterSpec, EvalResult, ModelArch, TrainingArgs, Workload
+from paratune.oracle.catalog import gpu as catalog_gpu
+from paratune.oracle.catalog import model_card
+from paratune.oracle.evaluate import evaluate_config
+from paratune.oracle.performance.work import RECOMPUTE_MODULES
+from paratune.oracle.specs import ClusterSpec, EvalResult, ModelArch, TrainingArgs, Workload
 
 from .rows import DATA, MODELLED, recipe_facts
 

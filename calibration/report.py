@@ -10,8 +10,8 @@ from collections import defaultdict
 
 import yaml
 
-from oracle.catalog import gpu as catalog_gpu
-from oracle.performance.uncertainty import UNCERTAINTY_FILE, family_name
+from paratune.oracle.catalog import gpu as catalog_gpu
+from paratune.oracle.performance.uncertainty import UNCERTAINTY_FILE, family_name
 
 from .memory_rows import load_memory_rows, memory_verdict
 from .rows import MODELLED, Row, load_rows, order_pairs, project, recipe_facts, setup

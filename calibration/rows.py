@@ -23,13 +23,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from oracle.catalog import gpu as catalog_gpu
-from oracle.catalog import model_card
-from oracle.evaluate import evaluate_config
-from oracle.performance import PerfEstimate, simulate
-from oracle.performance.calibration import Constants
-from oracle.pipeline_split import candidate_splits
-from oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, TrainingArgs, Workload
+from paratune.oracle.catalog import gpu as catalog_gpu
+from paratune.oracle.catalog import model_card
+from paratune.oracle.evaluate import evaluate_config
+from paratune.oracle.performance import PerfEstimate, simulate
+from paratune.oracle.performance.calibration import Constants
+from paratune.oracle.pipeline_split import candidate_splits
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, TrainingArgs, Workload
 
 DATA = Path(__file__).with_name("data")
 THROUGHPUT_FILES = (DATA / "throughput.csv", DATA / "extra_throughput.csv")

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from oracle.specs import Workload
+from paratune.oracle.specs import Workload
 
 from .models import Measurement, TrialRecord
 

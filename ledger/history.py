@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oracle.specs import EffectiveConfig
+from paratune.oracle.specs import EffectiveConfig
 
 from .models import TrialRecord
 from .store import Ledger

@@ -12,7 +12,7 @@ import logging
 import os
 import re
 
-from oracle.errors import InputError, clip
+from paratune.oracle.errors import InputError, clip
 
 _KEY = re.compile(
     r"\b(?:sk-[A-Za-z0-9_-]{8,}"  # OpenAI, Anthropic (sk-ant-...), DeepSeek, test keys (sk-test-...)

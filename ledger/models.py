@@ -6,7 +6,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from oracle.specs import Budget, EffectiveConfig, EvalResult, TrialConfig
+from paratune.oracle.specs import Budget, EffectiveConfig, EvalResult, TrialConfig
 
 Fidelity = Literal["dry", "memory_only", "simulate", "benchmark"]
 FIDELITIES: tuple[Fidelity, ...] = get_args(Fidelity)  # cheapest first; a higher one is a new trial

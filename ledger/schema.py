@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from oracle.errors import InputError
+from paratune.oracle.errors import InputError
 
 APPLICATION_ID = 0x5054_4C47  # "PTLG": written to the SQLite header, marks the file as a paratune ledger
 BUSY_TIMEOUT_S = 30.0  # how long a writer waits for another process's write transaction

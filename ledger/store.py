@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from oracle.errors import InputError
-from oracle.specs import Budget, ClusterSpec, EffectiveConfig, EvalResult, Workload
+from paratune.oracle.errors import InputError
+from paratune.oracle.specs import Budget, ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .keyguard import refuse_keys
 from .models import (

@@ -18,8 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from oracle.evaluate import evaluate_simulate
-from oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
 
 # Top-level terms of the simulated iteration (they sum to iteration_ms) and the memory terms (GiB).
 TIME_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm", "dp_comm_exposed", "pp_bubble",

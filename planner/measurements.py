@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import math
 
-from ledger.models import Calibrated, Factors, Measurement, TrialRecord
-from ledger.store import Ledger
-from oracle.errors import InputError
-from oracle.specs import EvalResult
+from paratune.ledger.models import Calibrated, Factors, Measurement, TrialRecord
+from paratune.ledger.store import Ledger
+from paratune.oracle.errors import InputError
+from paratune.oracle.specs import EvalResult
 
 MIX_SPREAD = 0.05  # spread of the non-compute share that lets two time factors be told apart
 COMPUTE = ("time_compute_ms", "time_recompute_ms")

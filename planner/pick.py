@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ledger.models import TrialRecord
+from paratune.ledger.models import TrialRecord
 
 PickRule = Literal["robust", "argmax"]
 HEADROOM_TIE_GB = 1.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ledger.exports import figure, savefig
-from oracle.specs import EvalResult
+from paratune.ledger.exports import figure, savefig
+from paratune.oracle.specs import EvalResult
 
 from .explanation import memory_terms, time_terms
 

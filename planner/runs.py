@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ledger import exports
-from ledger.models import Fidelity, Measurement, TrialRecord
-from ledger.store import BudgetExhausted, Ledger
-from oracle.benchmark import evaluate_with_benchmark
-from oracle.benchmark.cache import LedgerCache
-from oracle.evaluate import evaluate_config, layout_violations
-from oracle.performance.uncertainty import uncertainty
-from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Violation, Workload
+from paratune.ledger import exports
+from paratune.ledger.models import Fidelity, Measurement, TrialRecord
+from paratune.ledger.store import BudgetExhausted, Ledger
+from paratune.oracle.benchmark import evaluate_with_benchmark
+from paratune.oracle.benchmark.cache import LedgerCache
+from paratune.oracle.evaluate import evaluate_config, layout_violations
+from paratune.oracle.performance.uncertainty import uncertainty
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Violation, Workload
 
 from .launch import LaunchPlan, launch_plan
 from .llm.selection import named_llm

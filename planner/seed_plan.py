@@ -12,10 +12,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from oracle.constraints import search_axes
-from oracle.evaluate import layout_violations
-from oracle.pipeline_split import candidate_splits
-from oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
+from paratune.oracle.constraints import search_axes
+from paratune.oracle.evaluate import layout_violations
+from paratune.oracle.pipeline_split import candidate_splits
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
 
 from .space import ALLTOALL, menu, split_knobs
 

@@ -24,20 +24,20 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from oracle.constraints import (
+from paratune.oracle.constraints import (
     Rule,
     allowed,
     canonical,
     search_axes,
     search_rules,
 )
-from oracle.evaluate import layout_violations
-from oracle.identity_cache import by_identity
-from oracle.layout import microbatch_count, replicas
-from oracle.legality import validate
-from oracle.performance.bound import KnobVariants
-from oracle.pipeline_split import PipelineSplit, candidate_splits
-from oracle.specs import ClusterSpec, TrialConfig, Workload
+from paratune.oracle.evaluate import layout_violations
+from paratune.oracle.identity_cache import by_identity
+from paratune.oracle.layout import microbatch_count, replicas
+from paratune.oracle.legality import validate
+from paratune.oracle.performance.bound import KnobVariants
+from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits
+from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
 
 # MoE dispatch options, as the knobs that choose them.
 ALLGATHER = {"moe_token_dispatcher_type": "allgather", "use_turbo_deepep": False}

@@ -20,10 +20,10 @@ from collections.abc import Callable, Iterable
 
 from pydantic import BaseModel
 
-from oracle.evaluate import evaluate_config
-from oracle.memory import estimate_memory
-from oracle.performance import iteration_bound, simulate, tokens_per_s_per_gpu
-from oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
+from paratune.oracle.evaluate import evaluate_config
+from paratune.oracle.memory import estimate_memory
+from paratune.oracle.performance import iteration_bound, simulate, tokens_per_s_per_gpu
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .space import (
     bound_variants,

@@ -14,13 +14,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ledger import exports
-from ledger.models import Calibrated
-from ledger.store import Ledger
-from oracle.benchmark.gate import BenchmarkUnavailable, benchmark_device
-from oracle.errors import InputError
-from oracle.evaluate import evaluate_simulate
-from oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
+from paratune.ledger import exports
+from paratune.ledger.models import Calibrated
+from paratune.ledger.store import Ledger
+from paratune.oracle.benchmark.gate import BenchmarkUnavailable, benchmark_device
+from paratune.oracle.errors import InputError
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
 
 from .explanation import Explanation, explain
 from .investigator.phase_types import InvestigationReport, InvestigatorOptions

@@ -12,6 +12,10 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e ".[test,benchmark,llm]"
+# The type checker reads the import names the code uses (paratune.<folder>) from links to the folders:
+# mypy does not run the editable install's import hook.
+mkdir -p .venv/typecheck/paratune
+for pkg in oracle ledger planner server calibration; do ln -sfn "../../../$pkg" ".venv/typecheck/paratune/$pkg"; done
 
 optional() {  # optional NAME SCRIPT: run an install script; fatal only when PARATUNE_REQUIRE_ALL=1
   if ! PYTHON=.venv/bin/python bash "$2"; then

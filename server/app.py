@@ -13,11 +13,11 @@ from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
 from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 
-from ledger import BudgetExhausted
-from ledger.keyguard import mask_secrets
-from oracle.benchmark import BenchmarkUnavailable
-from oracle.errors import LINE, InputError, clip
-from oracle.inputs.yaml_io import build
+from paratune.ledger import BudgetExhausted
+from paratune.ledger.keyguard import mask_secrets
+from paratune.oracle.benchmark import BenchmarkUnavailable
+from paratune.oracle.errors import LINE, InputError, clip
+from paratune.oracle.inputs.yaml_io import build
 
 from . import prompts, resources, tools_eval, tools_info, tools_run
 from .descriptions import HINTS, INSTRUCTIONS, TOOLS

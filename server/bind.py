@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 
-from oracle.errors import InputError
+from paratune.oracle.errors import InputError
 
 
 def is_loopback(host: str) -> bool:

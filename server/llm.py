@@ -16,11 +16,11 @@ import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
-from ledger import Ledger
-from ledger.keyguard import mask_secrets, refuse_keys
-from oracle.errors import InputError
-from planner.llm.failures import classify
-from planner.llm.selection import (
+from paratune.ledger import Ledger
+from paratune.ledger.keyguard import mask_secrets, refuse_keys
+from paratune.oracle.errors import InputError
+from paratune.planner.llm.failures import classify
+from paratune.planner.llm.selection import (
     KEYLESS_PLACEHOLDER,
     LLMNotConfigured,
     offline_litellm,

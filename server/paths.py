@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 from pathlib import Path, PurePath
 
-from oracle.errors import InputError, clip
+from paratune.oracle.errors import InputError, clip
 
 
 def plain_text(text: str, key: str) -> str:

@@ -8,9 +8,9 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ResourceNotFoundError
 
-from oracle import catalog
-from oracle.errors import InputError, clip
-from oracle.performance.calibration import calibrated
+from paratune.oracle import catalog
+from paratune.oracle.errors import InputError, clip
+from paratune.oracle.performance.calibration import calibrated
 
 from .session import Session
 

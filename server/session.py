@@ -6,13 +6,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ledger import Fidelity, Ledger, RunInfo, TrialRecord
-from oracle.constraints import pinned
-from oracle.errors import InputError
-from oracle.inputs import load_cluster, load_workload
-from oracle.inputs.read_guard import reads_under
-from oracle.specs import ClusterSpec, TrialConfig, Workload
-from planner.runs import score
+from paratune.ledger import Fidelity, Ledger, RunInfo, TrialRecord
+from paratune.oracle.constraints import pinned
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.inputs.read_guard import reads_under
+from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
+from paratune.planner.runs import score
 
 from .paths import AllowedRoots
 

@@ -15,16 +15,16 @@ from typing import Annotated
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, BeforeValidator, Field
 
-from ledger import BudgetLine, Calibrated, Fidelity
-from oracle.constraints import search_axes
-from oracle.errors import InputError
-from oracle.evaluate import layout_violations
-from oracle.layout import layout_facts
-from oracle.legality import LegalAxes
-from oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
-from planner.explanation import Explanation
-from planner.explanation import explain as explain_path
-from planner.runs import final_pick
+from paratune.ledger import BudgetLine, Calibrated, Fidelity
+from paratune.oracle.constraints import search_axes
+from paratune.oracle.errors import InputError
+from paratune.oracle.evaluate import layout_violations
+from paratune.oracle.layout import layout_facts
+from paratune.oracle.legality import LegalAxes
+from paratune.oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
+from paratune.planner.explanation import Explanation
+from paratune.planner.explanation import explain as explain_path
+from paratune.planner.runs import final_pick
 
 from .session import Session
 

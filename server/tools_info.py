@@ -11,17 +11,17 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from ledger import BudgetLine, Calibrated, Factors, Measurement, Note, history_lines
-from oracle.specs import (
+from paratune.ledger import BudgetLine, Calibrated, Factors, Measurement, Note, history_lines
+from paratune.oracle.specs import (
     ClusterSpec,
     EffectiveConfig,
     EvalResult,
     ModelArch,
     TrainingArgs,
 )
-from planner.launch import LaunchPlan
-from planner.measurements import record
-from planner.runs import configured_llm, how_to_run
+from paratune.planner.launch import LaunchPlan
+from paratune.planner.measurements import record
+from paratune.planner.runs import configured_llm, how_to_run
 
 from .llm import LLMAnswer, ask_bounded
 from .paths import plain_text

@@ -20,21 +20,21 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from ledger import BudgetLine
-from oracle.errors import InputError
-from oracle.evaluate import evaluate_simulate
-from oracle.specs import Budget, EvalResult
-from planner.launch import LaunchPlan
-from planner.pick import Pick
-from planner.runs import (
+from paratune.ledger import BudgetLine
+from paratune.oracle.errors import InputError
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.specs import Budget, EvalResult
+from paratune.planner.launch import LaunchPlan
+from paratune.planner.pick import Pick
+from paratune.planner.runs import (
     final_pick,
     how_to_run,
     record_sweep,
     score_seed_plan,
     write_artifacts,
 )
-from planner.seed_plan import seed_plan
-from planner.sweep import sweep as run_sweep
+from paratune.planner.seed_plan import seed_plan
+from paratune.planner.sweep import sweep as run_sweep
 
 from .session import Session
 from .tools_eval import benchmark_unavailable

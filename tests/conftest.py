@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.inputs import load_cluster, load_workload
+from paratune.oracle.inputs import load_cluster, load_workload
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -8,22 +8,22 @@ import sqlite3
 
 import pytest
 
-from ledger import Ledger
-from ledger import schema as ledger_schema
-from oracle.benchmark import (
+from paratune.ledger import Ledger
+from paratune.ledger import schema as ledger_schema
+from paratune.oracle.benchmark import (
     BenchmarkUnavailable,
     LedgerCache,
     MemoryCache,
     evaluate_with_benchmark,
 )
-from oracle.benchmark.collectives import measure_collectives, parse_args
-from oracle.benchmark.shapes import layer_kinds, layer_shape, tiny_layout
-from oracle.evaluate import evaluate_simulate
-from oracle.memory import NON_GIB_KEYS
-from oracle.performance import simulate
-from oracle.specs import TrialConfig
-from oracle.specs.search import SearchConstraints
-from planner.cli import main as cli_main
+from paratune.oracle.benchmark.collectives import measure_collectives, parse_args
+from paratune.oracle.benchmark.shapes import layer_kinds, layer_shape, tiny_layout
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.memory import NON_GIB_KEYS
+from paratune.oracle.performance import simulate
+from paratune.oracle.specs import TrialConfig
+from paratune.oracle.specs.search import SearchConstraints
+from paratune.planner.cli import main as cli_main
 
 from .conftest import EXAMPLES, example
 
@@ -46,7 +46,7 @@ class SpyCache(MemoryCache):
 @pytest.fixture
 def measure_calls(monkeypatch):
     """Every layer shape the benchmark actually measures (cache misses), in order."""
-    from oracle.benchmark import timing
+    from paratune.oracle.benchmark import timing
 
     calls = []
     real = timing.measure_layer
@@ -107,7 +107,7 @@ def test_tiny_rule_keeps_the_parallel_sizes_and_every_division(name, knobs):
 def test_layers_run_forward_and_backward_with_gradients_everywhere(name, moe, knobs):
     import torch
 
-    from oracle.benchmark.torch_layers import build_layer
+    from paratune.oracle.benchmark.torch_layers import build_layer
 
     s = tiny_shape(name, moe, **knobs)
     torch.manual_seed(0)
@@ -126,7 +126,7 @@ def test_layers_run_forward_and_backward_with_gradients_everywhere(name, moe, kn
 def test_linear_gathers_sp_tokens_and_fp8_tracks_bf16(fp8):
     import torch
 
-    from oracle.benchmark.ops import linear
+    from paratune.oracle.benchmark.ops import linear
 
     torch.manual_seed(0)
     x = torch.randn(32, 64, dtype=torch.bfloat16, requires_grad=True)

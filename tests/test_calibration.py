@@ -7,9 +7,16 @@ from dataclasses import fields
 
 import yaml
 
-from calibration import fit
-from calibration.rows import load_rows
-from oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, Constants, constants_for, families
+from paratune.calibration import fit
+from paratune.calibration.rows import load_rows
+from paratune.oracle.performance.calibration import (
+    CALIBRATION_FILE,
+    FITTED,
+    GLOBAL_FITTED,
+    Constants,
+    constants_for,
+    families,
+)
 
 
 def _data() -> dict:
@@ -51,8 +58,8 @@ def test_memory_rows_read_their_facts_from_columns():
     """The attention kernel and the model are columns of memory_observed.csv, not ID or name patterns."""
     import csv
 
-    from calibration.memory_rows import MEMORY_FILE, load_memory_rows
-    from oracle.catalog import model_names
+    from paratune.calibration.memory_rows import MEMORY_FILE, load_memory_rows
+    from paratune.oracle.catalog import model_names
 
     with MEMORY_FILE.open(newline="", encoding="utf-8") as fh:
         table = {d["id"]: d for d in csv.DictReader(fh)}

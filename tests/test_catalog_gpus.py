@@ -8,11 +8,11 @@ import subprocess
 import pytest
 import yaml
 
-from oracle.catalog import gpu, gpu_card, gpu_names
-from oracle.errors import InputError
-from oracle.evaluate import evaluate_simulate
-from oracle.inputs import load_cluster, load_workload
-from oracle.performance.calibration import calibrated
+from paratune.oracle.catalog import gpu, gpu_card, gpu_names
+from paratune.oracle.errors import InputError
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.performance.calibration import calibrated
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE

@@ -10,10 +10,10 @@ import subprocess
 
 import pytest
 
-from ledger import Ledger, history_lines
-from oracle.errors import InputError
-from oracle.inputs import load_workload
-from planner.cli.trial_args import trial_from_args
+from paratune.ledger import Ledger, history_lines
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs import load_workload
+from paratune.planner.cli.trial_args import trial_from_args
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE, in_process, portal_client

@@ -11,11 +11,11 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from oracle.evaluate import evaluate_simulate
-from oracle.inputs import load_cluster, load_workload
-from oracle.memory.estimate import NON_GIB_KEYS
-from oracle.specs import TrialConfig
-from planner.explanation import MEMORY_GROUPS, TIME_TERMS, explain, knob_changes
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.memory.estimate import NON_GIB_KEYS
+from paratune.oracle.specs import TrialConfig
+from paratune.planner.explanation import MEMORY_GROUPS, TIME_TERMS, explain, knob_changes
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE

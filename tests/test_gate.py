@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from mcp.types import CallToolResult, TextContent
 
-from planner.investigator.mcp_client import ToolCallError, ToolClient
-from planner.investigator.tool_gate import Progress, ToolGate
+from paratune.planner.investigator.mcp_client import ToolCallError, ToolClient
+from paratune.planner.investigator.tool_gate import Progress, ToolGate
 
 
 class Recorder(ToolClient):

@@ -17,15 +17,15 @@ from fractions import Fraction
 
 import pytest
 
-from oracle.catalog import model_card
-from oracle.errors import InputError
-from oracle.inputs import load_cluster, load_workload
-from oracle.model_shape import model_shape
-from oracle.param_count import edge_params, layer_params
-from oracle.performance.calibration import constants
-from oracle.performance.flops import attended_keys, model_flops_per_token, span_keys
-from oracle.performance.simulate import simulate
-from oracle.specs import ModelArch
+from paratune.oracle.catalog import model_card
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.model_shape import model_shape
+from paratune.oracle.param_count import edge_params, layer_params
+from paratune.oracle.performance.calibration import constants
+from paratune.oracle.performance.flops import attended_keys, model_flops_per_token, span_keys
+from paratune.oracle.performance.simulate import simulate
+from paratune.oracle.specs import ModelArch
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE

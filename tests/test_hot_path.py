@@ -11,13 +11,13 @@ import itertools
 
 import pytest
 
-import oracle.memory.inflight as inflight
-from oracle.identity_cache import by_identity
-from oracle.layout import layout_facts
-from oracle.memory import estimate_memory
-from oracle.model_shape import model_shape
-from oracle.specs import EffectiveConfig, TrialConfig
-from planner.space import enumerate_layouts
+import paratune.oracle.memory.inflight as inflight
+from paratune.oracle.identity_cache import by_identity
+from paratune.oracle.layout import layout_facts
+from paratune.oracle.memory import estimate_memory
+from paratune.oracle.model_shape import model_shape
+from paratune.oracle.specs import EffectiveConfig, TrialConfig
+from paratune.planner.space import enumerate_layouts
 
 from .conftest import example
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from oracle.catalog import gpu_names, model_names
-from oracle.errors import InputError
-from oracle.evaluate import evaluate_simulate
-from oracle.inputs import load_cluster, load_workload
-from oracle.inputs.yaml_io import resolve_templates
-from oracle.specs import TrialConfig
+from paratune.oracle.catalog import gpu_names, model_names
+from paratune.oracle.errors import InputError
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.inputs.yaml_io import resolve_templates
+from paratune.oracle.specs import TrialConfig
 
 from .conftest import CALIBRATION_DATA, EXAMPLES, example
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from dspy.utils import DummyLM
 
-from ledger import Ledger
-from planner.investigator.mcp_client import ServerConnection
+from paratune.ledger import Ledger
+from paratune.planner.investigator.mcp_client import ServerConnection
 
 from .test_investigator_common import (
     FITS,
@@ -157,9 +157,11 @@ def test_rlm_rounds_through_the_local_interpreter_and_a_dead_or_spinning_worker_
 
 
 def test_the_client_never_imports_the_oracle():
-    probe = ("import importlib, pkgutil, sys, planner.investigator as p\n"
-             "[importlib.import_module('planner.investigator.' + m.name) for m in pkgutil.iter_modules(p.__path__)]\n"
-             "print(sorted({m.split('.')[0] for m in sys.modules} & {'oracle', 'ledger', 'server'}))")
+    probe = ("import importlib, pkgutil, sys, paratune.planner.investigator as p\n"
+             "[importlib.import_module('paratune.planner.investigator.' + m.name)\n"
+             " for m in pkgutil.iter_modules(p.__path__)]\n"
+             "ours = {m.split('.')[1] for m in sys.modules if m.startswith('paratune.')}\n"
+             "print(sorted(ours & {'oracle', 'ledger', 'server'}))")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     assert out.stdout.strip() == "[]"
 

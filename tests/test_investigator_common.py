@@ -10,10 +10,10 @@ from typing import Any
 import yaml
 from dspy.utils import DummyLM
 
-from ledger import Ledger
-from planner.investigator.mcp_client import ServerConnection, stdio_server
-from planner.investigator.phase import investigate
-from planner.investigator.phase_types import InvestigationReport, InvestigatorOptions
+from paratune.ledger import Ledger
+from paratune.planner.investigator.mcp_client import ServerConnection, stdio_server
+from paratune.planner.investigator.phase import investigate
+from paratune.planner.investigator.phase_types import InvestigationReport, InvestigatorOptions
 
 from .test_server_common import small_inputs
 

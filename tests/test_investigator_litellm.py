@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from oracle.inputs import load_cluster, load_workload
-from planner.investigator.bounded_lm import build_lm
-from planner.investigator.phase_types import InvestigatorOptions
-from planner.llm.bounds import LLMBounds
-from planner.llm.selection import (
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.planner.investigator.bounded_lm import build_lm
+from paratune.planner.investigator.phase_types import InvestigatorOptions
+from paratune.planner.llm.bounds import LLMBounds
+from paratune.planner.llm.selection import (
     LLMConfig,
     LLMNotConfigured,
     resolve_llm,
 )
-from planner.tune_run import TuneOptions, tune
+from paratune.planner.tune_run import TuneOptions, tune
 
 from .test_investigator_common import (
     FITS,
@@ -115,11 +115,11 @@ def test_one_precedence_environment_first_and_credentials_decide(clean_llm_env):
 
 
 def test_a_dot_env_file_sits_below_the_environment_and_above_the_cluster(clean_llm_env, tmp_path):
-    from planner.llm import env_file
+    from paratune.planner.llm import env_file
 
     env = clean_llm_env
     env.setattr(env_file, "supplied", set())
-    env.setattr("planner.llm.selection.supplied", env_file.supplied)
+    env.setattr("paratune.planner.llm.selection.supplied", env_file.supplied)
     dotenv = tmp_path / "llm.env"
     dotenv.write_text(f"# LLM settings\nexport LLM_MODEL=openai/from-dotenv\nOPENAI_API_KEY='{KEY}'\n"
                       "OPENAI_API_BASE=http://127.0.0.1:9/v1\n")
@@ -155,7 +155,7 @@ def test_tune_runs_the_llm_phase_through_litellm_against_a_loopback_endpoint(tmp
     assert summary_json["hypotheses"] == ["fp8 and a wider TP should pay", "try cp=2"]
     assert summary_json["investigation"]["rounds"][0]["simulate_calls"] == 1
     assert "plan: fp8 and a wider TP should pay" in (out / "scratchpad.txt").read_text()
-    from ledger import Ledger
+    from paratune.ledger import Ledger
 
     with Ledger(out / "ledger.sqlite") as ledger:
         calls = ledger.llm_calls(outcome.run_id)

@@ -21,13 +21,13 @@ from megatron.core.transformer.transformer_config import (
     TransformerConfig,
 )
 
-from oracle.inputs import load_cluster, load_workload
-from oracle.specs import TrialConfig
-from oracle.stacks import KNOB_SPECS, knob_available
-from planner.launch import launch_plan
-from planner.launch.bridge import hydra_overrides
-from planner.launch.megatron_lm import layout_flags, model_flags
-from planner.launch.primus import overrides
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.specs import TrialConfig
+from paratune.oracle.stacks import KNOB_SPECS, knob_available
+from paratune.planner.launch import launch_plan
+from paratune.planner.launch.bridge import hydra_overrides
+from paratune.planner.launch.megatron_lm import layout_flags, model_flags
+from paratune.planner.launch.primus import overrides
 
 from .conftest import EXAMPLES, example
 

@@ -9,14 +9,14 @@ from math import ceil
 
 import pytest
 
-from oracle.catalog import gpu, model_card
-from oracle.layout import layout_facts
-from oracle.model_shape import model_shape
-from oracle.performance.calibration import constants
-from oracle.performance.layers import transformer_layer
-from oracle.performance.pipeline import block_weights, layer_context
-from oracle.performance.work import ATTN, ELEM, GEMM, OVH, TP
-from oracle.specs import ClusterSpec, ModelArch, TrainingArgs, Workload
+from paratune.oracle.catalog import gpu, model_card
+from paratune.oracle.layout import layout_facts
+from paratune.oracle.model_shape import model_shape
+from paratune.oracle.performance.calibration import constants
+from paratune.oracle.performance.layers import transformer_layer
+from paratune.oracle.performance.pipeline import block_weights, layer_context
+from paratune.oracle.performance.work import ATTN, ELEM, GEMM, OVH, TP
+from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, Workload
 
 H100 = gpu("h100-sxm")
 C = constants(H100)

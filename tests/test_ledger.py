@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger import APPLICATION_ID, BudgetExhausted, Ledger, history_lines
-from ledger import schema as ledger_schema
-from oracle.errors import InputError
-from oracle.inputs import load_cluster, load_workload
-from oracle.specs import Budget, EvalResult, TrialConfig, Violation
+from paratune.ledger import APPLICATION_ID, BudgetExhausted, Ledger, history_lines
+from paratune.ledger import schema as ledger_schema
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.specs import Budget, EvalResult, TrialConfig, Violation
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKLOAD = ROOT / "examples" / "workloads" / "llama3-8b-mi300x.yaml"
@@ -25,9 +25,9 @@ CLUSTER = ROOT / "examples" / "clusters" / "mi300x-1n.yaml"
 # A child process that writes one memory-only trial per GBS value, printing a line after each commit.
 WRITER = r"""
 import os, sys, time
-from ledger import Ledger
-from oracle.inputs import load_cluster, load_workload
-from oracle.specs import EvalResult, TrialConfig
+from paratune.ledger import Ledger
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.specs import EvalResult, TrialConfig
 
 path, workload, cluster, first, count, go = sys.argv[1:7]
 w, c = load_workload(workload), load_cluster(cluster)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oracle.legality import legal_axes, validate
-from oracle.specs import TrialConfig
+from paratune.oracle.legality import legal_axes, validate
+from paratune.oracle.specs import TrialConfig
 
 from .conftest import example
 
@@ -65,7 +65,7 @@ def test_feature_rules():
 
 
 def test_fp8_only_on_gpus_that_have_it(tmp_path):
-    from oracle.inputs import load_cluster
+    from paratune.oracle.inputs import load_cluster
 
     f = tmp_path / "a100.yaml"
     f.write_text("target_cluster: {num_nodes: 8, gpus_per_node: 8, gpu_arch: a100-80g}\n")

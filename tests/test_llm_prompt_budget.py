@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from planner.investigator.bounded_lm import BoundedLM, PhaseStop, prompt_tokens
-from planner.llm.bounds import LLMBounds
+from paratune.planner.investigator.bounded_lm import BoundedLM, PhaseStop, prompt_tokens
+from paratune.planner.llm.bounds import LLMBounds
 
 from .test_investigator_common import (
     FITS,

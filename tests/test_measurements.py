@@ -11,13 +11,13 @@ import anyio
 import pytest
 from mcp import Client, StdioServerParameters
 
-from ledger import Ledger
-from ledger import schema as ledger_schema
-from ledger.models import Measurement
-from oracle.evaluate import evaluate_simulate
-from oracle.inputs import load_cluster, load_workload
-from oracle.specs import EvalResult, TrialConfig
-from planner.measurements import calibrate, fit
+from paratune.ledger import Ledger
+from paratune.ledger import schema as ledger_schema
+from paratune.ledger.models import Measurement
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.specs import EvalResult, TrialConfig
+from paratune.planner.measurements import calibrate, fit
 
 from .test_server_common import PARATUNE, in_process, portal_client, small_inputs
 

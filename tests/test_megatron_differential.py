@@ -27,7 +27,7 @@ except ImportError as exc:
         pytest.fail(f"{_REASON}, and PARATUNE_REQUIRE_ALL=1 makes that an error ({exc})", pytrace=False)
     pytest.skip(_REASON, allow_module_level=True)
 
-from oracle.pipeline_split import PipelineSplit, SplitError, split_layers  # noqa: E402
+from paratune.oracle.pipeline_split import PipelineSplit, SplitError, split_layers  # noqa: E402
 from tests import megatron_reference as ref  # noqa: E402
 
 SEED = 20250116

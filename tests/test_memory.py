@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from oracle.catalog import gpu, model_card
-from oracle.memory import NON_GIB_KEYS, MemoryEstimate, estimate_memory
-from oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, resolve
+from paratune.oracle.catalog import gpu, model_card
+from paratune.oracle.memory import NON_GIB_KEYS, MemoryEstimate, estimate_memory
+from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, resolve
 
 GIB = 2**30
 MEMORY_CSV = Path(__file__).resolve().parents[1] / "calibration" / "data" / "memory.csv"

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from oracle.catalog import gpu, model_card
-from oracle.layout import layout_facts
-from oracle.memory import estimate_memory
-from oracle.model_shape import model_shape
-from oracle.performance.pipeline import chunks, rank_weights
-from oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, Workload
+from paratune.oracle.catalog import gpu, model_card
+from paratune.oracle.layout import layout_facts
+from paratune.oracle.memory import estimate_memory
+from paratune.oracle.model_shape import model_shape
+from paratune.oracle.performance.pipeline import chunks, rank_weights
+from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, Workload
 
 from .conftest import example
 

@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("origami", reason="rocm-origami not installed: run scripts/install-origami.sh")
 
-from oracle.catalog import gpu_card  # noqa: E402
-from oracle.performance import gemm_origami  # noqa: E402
-from oracle.performance.gemm_origami import ORIGAMI_ARCHS, OrigamiGemm, origami_available  # noqa: E402
+from paratune.oracle.catalog import gpu_card  # noqa: E402
+from paratune.oracle.performance import gemm_origami  # noqa: E402
+from paratune.oracle.performance.gemm_origami import ORIGAMI_ARCHS, OrigamiGemm, origami_available  # noqa: E402
 
 # Dense peaks from the datasheets: CUs x peak engine clock x MFMA FLOPs per clock per CU.
 # MI300X: 304 CUs x 2.1 GHz x 2048 (BF16) = 1307.4 TFLOP/s, x 4096 (FP8) = 2614.9 TFLOP/s.

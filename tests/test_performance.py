@@ -8,29 +8,29 @@ import time
 
 import pytest
 
-from calibration.rows import load_rows, project
-from oracle.catalog import gpu
-from oracle.layout import layout_facts
-from oracle.performance import (
+from paratune.calibration.rows import load_rows, project
+from paratune.oracle.catalog import gpu
+from paratune.oracle.layout import layout_facts
+from paratune.oracle.performance import (
     gemm_backend,
     iteration_bound,
     model_flops_per_token,
     simulate,
 )
-from oracle.performance.bound import _tails, extrapolation_bound
-from oracle.performance.calibration import constants
-from oracle.performance.comm import Net
-from oracle.performance.gemm import RooflineGemm
-from oracle.performance.gemm_origami import ORIGAMI_ARCHS, origami_available
-from oracle.performance.schedule import (
+from paratune.oracle.performance.bound import _tails, extrapolation_bound
+from paratune.oracle.performance.calibration import constants
+from paratune.oracle.performance.comm import Net
+from paratune.oracle.performance.gemm import RooflineGemm
+from paratune.oracle.performance.gemm_origami import ORIGAMI_ARCHS, origami_available
+from paratune.oracle.performance.schedule import (
     SPLIT_BACKWARD,
     _run,
     rank_end_times,
     virtual_stages,
 )
-from oracle.specs import ModelArch, TrialConfig
-from oracle.specs.search import SearchConstraints
-from planner.space import (
+from paratune.oracle.specs import ModelArch, TrialConfig
+from paratune.oracle.specs.search import SearchConstraints
+from paratune.planner.space import (
     bound_variants,
     enumerate_layouts,
     knob_points,

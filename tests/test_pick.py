@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import yaml
 
-from calibration.report import uncertainty_table
-from calibration.rows import load_rows
-from ledger.models import TrialRecord
-from oracle.catalog import gpu
-from oracle.evaluate import evaluate_simulate
-from oracle.performance.uncertainty import UNCERTAINTY_FILE, uncertainty
-from oracle.specs import EvalResult
-from planner.pick import exotic_knobs, pick
+from paratune.calibration.report import uncertainty_table
+from paratune.calibration.rows import load_rows
+from paratune.ledger.models import TrialRecord
+from paratune.oracle.catalog import gpu
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.performance.uncertainty import UNCERTAINTY_FILE, uncertainty
+from paratune.oracle.specs import EvalResult
+from paratune.planner.pick import exotic_knobs, pick
 
 from .conftest import example
 

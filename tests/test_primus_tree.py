@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from oracle.errors import InputError
-from oracle.inputs.primus_tree import (
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs.primus_tree import (
     PRIMUS_ROOT_ENV,
     extends_chain,
     find_primus_root,
@@ -17,7 +17,7 @@ from oracle.inputs.primus_tree import (
     resolve_model_file,
     resolve_trainer,
 )
-from oracle.inputs.yaml_io import read_mapping
+from paratune.oracle.inputs.yaml_io import read_mapping
 
 TREE = Path(__file__).resolve().parent / "fixtures" / "primus_tree"
 EXPERIMENT = TREE / "examples" / "megatron" / "configs" / "MI355X" / "mixtral_8x22B_v0.1-BF16-pretrain.yaml"

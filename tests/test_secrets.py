@@ -10,8 +10,8 @@ import types
 
 import pytest
 
-from ledger.keyguard import MASK, mask_logs, mask_secrets, refuse_keys
-from oracle.errors import InputError
+from paratune.ledger.keyguard import MASK, mask_logs, mask_secrets, refuse_keys
+from paratune.oracle.errors import InputError
 
 from .test_server_common import in_process, portal_client
 

@@ -13,10 +13,10 @@ import yaml
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from mcp import Client
 
-from ledger import Ledger
-from server.app import ParatuneServer, build_server
-from server.paths import AllowedRoots
-from server.session import Session
+from paratune.ledger import Ledger
+from paratune.server.app import ParatuneServer, build_server
+from paratune.server.paths import AllowedRoots
+from paratune.server.session import Session
 
 from .conftest import EXAMPLES
 

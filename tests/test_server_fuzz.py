@@ -9,7 +9,7 @@ import string
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oracle.specs import TrialConfig
+from paratune.oracle.specs import TrialConfig
 
 from .test_server_common import in_process, portal_client
 

@@ -10,10 +10,10 @@ import subprocess
 
 import anyio
 
-from ledger import Ledger
-from ledger.exports import write_overlays
-from server.app import build_server
-from server.transport import BearerGuard
+from paratune.ledger import Ledger
+from paratune.ledger.exports import write_overlays
+from paratune.server.app import build_server
+from paratune.server.transport import BearerGuard
 
 from .test_server_common import PARATUNE, in_process, portal_client, small_inputs
 from .test_tune import args
@@ -85,7 +85,7 @@ def test_artifacts_are_readable_and_launch_executable_and_stale_staging_is_swept
     stale.mkdir()
     (stale / "1.yaml").write_text("half")
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
-        from oracle.inputs import load_workload
+        from paratune.oracle.inputs import load_workload
 
         from .conftest import EXAMPLES
         write_overlays(tmp_path / "trials", load_workload(EXAMPLES / "workloads" / "llama3-8b-mi300x.yaml"),

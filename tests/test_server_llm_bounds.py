@@ -71,12 +71,12 @@ def hook(event, args):
     elif event == "socket.getaddrinfo":  # a name lookup comes first (and is all that happens offline)
         reached.append((args[0], args[1]))
 sys.addaudithook(hook)
-from planner.cli import main
+from paratune.planner.cli import main
 try:
     main(["catalog", "gpus"])  # the CLI's start-up, then the query_llm path: resolve, import, cost table
 except SystemExit:
     pass
-from server.llm import resolve_llm
+from paratune.server.llm import resolve_llm
 import litellm
 resolve_llm("openai/gpt-4o")
 litellm.model_cost.get("gpt-4o")

@@ -52,9 +52,9 @@ def test_extends_model_files_and_symlinks_outside_the_roots_are_refused(tmp_path
 
 def test_the_command_line_inputs_are_the_operators_and_load_from_anywhere(tmp_path):
     """`serve --workload` names its files itself: they are not confined (the tools' open_run is)."""
-    from ledger import Ledger
-    from server.paths import AllowedRoots
-    from server.session import Session
+    from paratune.ledger import Ledger
+    from paratune.server.paths import AllowedRoots
+    from paratune.server.session import Session
 
     root = tmp_path / "root"
     root.mkdir()

@@ -12,8 +12,8 @@ import pytest
 import yaml
 from mcp.shared.exceptions import MCPError
 
-from oracle.errors import InputError
-from server.paths import AllowedRoots
+from paratune.oracle.errors import InputError
+from paratune.server.paths import AllowedRoots
 
 from .test_server_common import (
     LLAMA8B,

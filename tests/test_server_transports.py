@@ -15,7 +15,7 @@ import httpx2
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
-from ledger import Ledger
+from paratune.ledger import Ledger
 
 from .conftest import ROOT
 from .test_server_common import PARATUNE, free_port, small_inputs

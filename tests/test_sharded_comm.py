@@ -12,16 +12,16 @@ from dataclasses import replace
 
 import pytest
 
-from oracle.catalog import gpu, model_card
-from oracle.layout import layout_facts
-from oracle.model_shape import model_shape
-from oracle.param_count import layer_params
-from oracle.performance.calibration import constants
-from oracle.performance.layers import transformer_layer
-from oracle.performance.pipeline import layer_context
-from oracle.performance.simulate import simulate
-from oracle.performance.work import FSDP
-from oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, Workload
+from paratune.oracle.catalog import gpu, model_card
+from paratune.oracle.layout import layout_facts
+from paratune.oracle.model_shape import model_shape
+from paratune.oracle.param_count import layer_params
+from paratune.oracle.performance.calibration import constants
+from paratune.oracle.performance.layers import transformer_layer
+from paratune.oracle.performance.pipeline import layer_context
+from paratune.oracle.performance.simulate import simulate
+from paratune.oracle.performance.work import FSDP
+from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, Workload
 
 H100 = gpu("h100-sxm")
 

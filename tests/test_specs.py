@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from oracle.evaluate import evaluate_simulate
-from oracle.specs import EffectiveConfig, EvalResult, TrialConfig
+from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.specs import EffectiveConfig, EvalResult, TrialConfig
 
 from .conftest import example
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from oracle.errors import InputError
-from oracle.evaluate import evaluate_memory_only
-from oracle.inputs import load_cluster, load_workload
-from oracle.legality import validate
-from oracle.memory.activations import layer_acts
-from oracle.model_shape import model_shape
-from oracle.specs import TrialConfig
-from oracle.specs.search import SearchConstraints
+from paratune.oracle.errors import InputError
+from paratune.oracle.evaluate import evaluate_memory_only
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.legality import validate
+from paratune.oracle.memory.activations import layer_acts
+from paratune.oracle.model_shape import model_shape
+from paratune.oracle.specs import TrialConfig
+from paratune.oracle.specs.search import SearchConstraints
 
 from .conftest import EXAMPLES, example
 from .test_server_common import in_process, portal_client

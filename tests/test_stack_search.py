@@ -10,23 +10,23 @@ import subprocess
 import pytest
 import yaml
 
-from oracle.constraints import pinned, rule_violations, search_axes, search_rules
-from oracle.errors import InputError
-from oracle.evaluate import evaluate_memory_only
-from oracle.inputs import load_cluster, load_workload
-from oracle.legality import validate
-from oracle.specs import TrialConfig
-from oracle.specs.search import SearchConstraints
-from planner import sweep as sweep_module
-from planner.seed_plan import seed_plan
-from planner.space import (
+from paratune.oracle.constraints import pinned, rule_violations, search_axes, search_rules
+from paratune.oracle.errors import InputError
+from paratune.oracle.evaluate import evaluate_memory_only
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.legality import validate
+from paratune.oracle.specs import TrialConfig
+from paratune.oracle.specs.search import SearchConstraints
+from paratune.planner import sweep as sweep_module
+from paratune.planner.seed_plan import seed_plan
+from paratune.planner.space import (
     enumerate_layouts,
     enumerate_space,
     knob_points,
     layout_knobs,
     menu,
 )
-from planner.sweep import sweep
+from paratune.planner.sweep import sweep
 
 from .conftest import EXAMPLES, example
 from .test_server_common import PARATUNE, in_process, portal_client

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from oracle.inputs import load_workload
+from paratune.oracle.inputs import load_workload
 
 from .conftest import EXAMPLES, example
 
@@ -156,9 +156,9 @@ def test_seed_plan_scores_at_benchmark_fidelity_through_the_same_path(tmp_path):
     and the refusal surfaces from the scorer (nothing recorded at benchmark fidelity)."""
     import pytest
 
-    from ledger.store import Ledger
-    from oracle.benchmark import BenchmarkUnavailable
-    from planner.runs import score_seed_plan
+    from paratune.ledger.store import Ledger
+    from paratune.oracle.benchmark import BenchmarkUnavailable
+    from paratune.planner.runs import score_seed_plan
 
     w, c = example("llama8b")
     gpu_cluster = c.model_copy(update={"has_gpu": True,

@@ -1,6 +1,6 @@
 """TP all-gather and reduce-scatter timed with torch.distributed, one JSON object on stdout.
 
-    torchrun --nproc_per_node N -m oracle.benchmark.collectives --bytes 67108864 [--iters 20] [--backend gloo]
+    torchrun --nproc_per_node N -m paratune.oracle.benchmark.collectives --bytes 67108864 [--iters 20] [--backend gloo]
 
 `--bytes` is the gathered buffer (BF16); each rank holds 1/N of it. The figure is the median over
 iterations of the slowest rank. `measure_collectives` launches it from benchmark mode.
@@ -19,7 +19,8 @@ TIMEOUT_S = 300
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m oracle.benchmark.collectives", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m paratune.oracle.benchmark.collectives",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--bytes", type=int, required=True, help="gathered buffer size in bytes (BF16)")
     p.add_argument("--iters", type=int, default=20, help="timed iterations per collective")
     p.add_argument("--warmup", type=int, default=5, help="untimed iterations first")
@@ -72,7 +73,7 @@ def measure_collectives(nproc: int, nbytes: int, backend: str | None = None) -> 
     """Run this module under torchrun on `nproc` local processes and return its JSON (RuntimeError
     when that fails)."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
-           "-m", "oracle.benchmark.collectives", "--bytes", str(nbytes)]
+           "-m", "paratune.oracle.benchmark.collectives", "--bytes", str(nbytes)]
     if backend:
         cmd += ["--backend", backend]
     try:

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from oracle.errors import InputError
+from paratune.oracle.errors import InputError
 
 from ..llm.selection import offline_litellm
 from . import catalog, explain, measure, project, serve, tune

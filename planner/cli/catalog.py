@@ -7,8 +7,8 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from oracle.catalog import aliases_of, gpu, gpu_names, model_card, model_names
-from oracle.performance.calibration import calibrated
+from paratune.oracle.catalog import aliases_of, gpu, gpu_names, model_card, model_names
+from paratune.oracle.performance.calibration import calibrated
 
 
 def register(verbs: argparse._SubParsersAction) -> None:

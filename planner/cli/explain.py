@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from oracle.constraints import pinned
-from oracle.errors import InputError
-from oracle.inputs import load_cluster, load_workload
-from oracle.specs import ClusterSpec, TrialConfig, Workload
+from paratune.oracle.constraints import pinned
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
 
 from ..explanation import explain, short_text
 from ..runs import final_pick

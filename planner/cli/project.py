@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from oracle.benchmark import BenchmarkUnavailable, evaluate_with_benchmark
-from oracle.constraints import pinned
-from oracle.evaluate import evaluate_memory_only, evaluate_simulate
-from oracle.inputs import load_cluster, load_workload
+from paratune.oracle.benchmark import BenchmarkUnavailable, evaluate_with_benchmark
+from paratune.oracle.constraints import pinned
+from paratune.oracle.evaluate import evaluate_memory_only, evaluate_simulate
+from paratune.oracle.inputs import load_cluster, load_workload
 
 from .render import print_result
 from .search_args import add_search_arguments, with_search_args

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from oracle.performance.calibration import calibrated
-from oracle.specs import ClusterSpec, EvalResult, Workload
+from paratune.oracle.performance.calibration import calibrated
+from paratune.oracle.specs import ClusterSpec, EvalResult, Workload
 
 
 def print_result(result: EvalResult, workload: Workload, cluster: ClusterSpec) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ledger.store import Ledger
-from oracle.errors import InputError
+from paratune.ledger.store import Ledger
+from paratune.oracle.errors import InputError
 
 
 def add_run_arguments(p: argparse.ArgumentParser, *, required: bool) -> None:

@@ -10,10 +10,10 @@ import argparse
 import yaml
 from pydantic import ValidationError
 
-from oracle.errors import InputError
-from oracle.specs import ClusterSpec
-from oracle.specs.search import SearchConstraints
-from oracle.stacks import STACKS
+from paratune.oracle.errors import InputError
+from paratune.oracle.specs import ClusterSpec
+from paratune.oracle.specs.search import SearchConstraints
+from paratune.oracle.stacks import STACKS
 
 
 def add_search_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,7 @@ import os
 import sys
 from pathlib import Path
 
-from oracle.errors import InputError
+from paratune.oracle.errors import InputError
 
 from .search_args import add_search_arguments, constraints_from_args, with_search_args
 
@@ -31,7 +31,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from server.bind import check_bind
+    from paratune.server.bind import check_bind
 
     if args.token:
         print("paratune serve: warning: --token is visible to every user in `ps`; set PARATUNE_MCP_TOKEN instead",
@@ -42,14 +42,14 @@ def _run(args: argparse.Namespace) -> int:
         raise InputError("give both --workload and --target-cluster, or neither (then open_run creates a run)")
     if args.transport == "http":
         check_bind(args.host, args.token)
-    from ledger import (
+    from paratune.ledger import (
         Ledger,  # the server's imports (the MCP SDK) load only once the arguments are sound
     )
-    from ledger.keyguard import mask_logs
-    from server.app import build_server
-    from server.paths import AllowedRoots
-    from server.session import Session
-    from server.transport import serve_http, serve_stdio
+    from paratune.ledger.keyguard import mask_logs
+    from paratune.server.app import build_server
+    from paratune.server.paths import AllowedRoots
+    from paratune.server.session import Session
+    from paratune.server.transport import serve_http, serve_stdio
 
     mask_logs()
     roots = AllowedRoots(args.allow_root or [Path.cwd()])

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from oracle.errors import InputError
-from oracle.inputs import load_workload
-from oracle.inputs.yaml_io import build, read_mapping
-from oracle.specs import EffectiveConfig, TrialConfig, Workload
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs import load_workload
+from paratune.oracle.inputs.yaml_io import build, read_mapping
+from paratune.oracle.specs import EffectiveConfig, TrialConfig, Workload
 
 _LAYOUT_FIELDS = frozenset(EffectiveConfig.model_fields)
 

@@ -9,9 +9,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from oracle.constraints import pinned
-from oracle.errors import InputError
-from oracle.inputs import load_cluster, load_workload
+from paratune.oracle.constraints import pinned
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs import load_cluster, load_workload
 
 from ..explanation import short_text
 from ..investigator.phase_types import InvestigatorOptions

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from oracle.specs import ClusterSpec, EffectiveConfig, Workload
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, Workload
 
 from . import bridge, megatron_lm, primus
 

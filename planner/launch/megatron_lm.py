@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import shlex
 
-from oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, Workload
-from oracle.stacks import KNOB_SPECS
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, Workload
+from paratune.oracle.stacks import KNOB_SPECS
 
 from .settings import COMPANIONS, companions, knob_values
 

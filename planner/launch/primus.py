@@ -12,9 +12,9 @@ from typing import Any
 
 import yaml
 
-from oracle.inputs.yaml_io import read_mapping, resolve_templates
-from oracle.specs import ClusterSpec, EffectiveConfig, Workload
-from oracle.stacks import KNOB_SPECS
+from paratune.oracle.inputs.yaml_io import read_mapping, resolve_templates
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, Workload
+from paratune.oracle.stacks import KNOB_SPECS
 
 from .settings import companions, knob_values, primus_extras
 

@@ -3,8 +3,8 @@ the stack needs beside them (each with the stack's rule that requires it)."""
 
 from __future__ import annotations
 
-from oracle.specs import EffectiveConfig, ModelArch
-from oracle.stacks import KNOB_SPECS, Stack, knob_available
+from paratune.oracle.specs import EffectiveConfig, ModelArch
+from paratune.oracle.stacks import KNOB_SPECS, Stack, knob_available
 
 # Knobs that only a MoE model has (left out of a dense model's launch).
 _MOE = ("etp", "ep", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
