@@ -38,6 +38,7 @@ from paratune.oracle.legality import validate
 from paratune.oracle.performance.bound import KnobVariants
 from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits
 from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
+from paratune.oracle.specs.config import sequence_parallel_in_effect
 
 # MoE dispatch options, as the knobs that choose them.
 ALLGATHER = {"moe_token_dispatcher_type": "allgather", "use_turbo_deepep": False}
@@ -158,7 +159,7 @@ def _moe_ep(workload: Workload, layout: dict) -> bool:
 
 def _sp(workload: Workload, layout: dict) -> bool:
     """Whether the layout runs sequence parallelism (the workload's setting, with TP > 1)."""
-    return workload.training.sequence_parallel and layout["tp"] > 1
+    return sequence_parallel_in_effect(workload.training.sequence_parallel, layout["tp"])
 
 
 def layout_knobs(workload: Workload, layout: dict, m: Menu) -> tuple[dict, Menu, bool, bool]:

@@ -411,3 +411,12 @@ def test_writer_killed_mid_run_keeps_every_committed_trial(tmp_path, workload, c
         new = workload.effective(TrialConfig(gbs=999_999))
         led.evaluate_once(run.id, new, "memory_only", lambda: result_for(new, source="memory_only"), origin="resume")
         assert len(led.trials(run.id)) == len(keys) + 1
+
+
+def test_the_schema_accepts_exactly_the_fidelities_the_models_define():
+    # a shipped migration is never edited, so the CHECK keeps its literal list: it must stay FIDELITIES
+    from paratune.ledger.models import FIDELITIES
+    from paratune.ledger.schema import _FIDELITY
+
+    listed = _FIDELITY.split("IN (")[1].rstrip(")").split(", ")
+    assert tuple(v.strip("'") for v in listed) == FIDELITIES

@@ -263,11 +263,16 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
         fields["recompute_modules"] = None
     elif fields["recompute_modules"] is None:
         fields["recompute_modules"] = ("core_attn",)  # Megatron's default (transformer_config.py)
-    fields["sequence_parallel"] = fields["sequence_parallel"] and tp > 1
+    fields["sequence_parallel"] = sequence_parallel_in_effect(fields["sequence_parallel"], tp)
     key = canonical_key(tuple(fields.values()))
     cfg = trusted(EffectiveConfig, fields)
     fields["key"] = key  # `fields` is now cfg.__dict__: this fills the cached_property as a first read would
     return cfg
+
+
+def sequence_parallel_in_effect(requested: bool, tp: int) -> bool:
+    """Megatron runs sequence parallelism only inside a TP group: asked for with TP 1, it is off."""
+    return requested and tp > 1
 
 
 def _layout_vpp(layout: str, pp: int) -> int:

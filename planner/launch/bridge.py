@@ -40,7 +40,7 @@ def hydra_overrides(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSp
             out.append(f"{_TWINS[path]}={_value(value)}")
     out += [f"{COMPANIONS[dest][1]}={_value(value)}"
             for dest, value in companions(cfg, workload.model, cluster.gpu.vendor).items()]
-    out += [f"model.sequence_parallel={_value(cfg.sequence_parallel and cfg.tp > 1)}",
+    out += [f"model.sequence_parallel={_value(cfg.sequence_parallel)}",  # resolve keeps it only with TP > 1
             f"model.seq_length={cfg.seq_length}",
             f"comm_overlap.overlap_param_gather={_value(workload.training.overlap_param_gather)}"]
     return out

@@ -88,7 +88,7 @@ def layout_flags(cfg: EffectiveConfig, workload: Workload, vendor: str) -> tuple
             off.append(flag)
         else:
             on.append(f"{flag} {_text(value)}")
-    if cfg.sequence_parallel and cfg.tp > 1:
+    if cfg.sequence_parallel:  # resolve keeps it only with TP > 1
         on.append("--sequence-parallel")
     if cfg.use_distributed_optimizer and cfg.overlap_grad_reduce and workload.training.overlap_param_gather:
         on.append("--overlap-param-gather")  # needs the distributed optimizer and --overlap-grad-reduce
