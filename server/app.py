@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any, cast
@@ -20,7 +21,7 @@ from paratune.oracle.errors import LINE, InputError, clip
 from paratune.oracle.inputs.yaml_io import build
 
 from . import prompts, resources, tools_eval, tools_info, tools_run
-from .descriptions import HINTS, INSTRUCTIONS, TOOLS
+from .descriptions import HINTS, INSTRUCTIONS
 from .session import Session
 
 
@@ -29,7 +30,8 @@ def _strict(fn: Callable) -> Tool:
     title, read_only, destructive, idempotent, open_world = HINTS[fn.__name__]
     hints = ToolAnnotations(title=title, read_only_hint=read_only, destructive_hint=destructive,
                             idempotent_hint=idempotent, open_world_hint=open_world)
-    tool = Tool.from_function(fn, title=title, description=TOOLS[fn.__name__], annotations=hints)
+    # the docstring is the description (dedented: the SDK takes __doc__ as written)
+    tool = Tool.from_function(fn, title=title, description=inspect.cleandoc(fn.__doc__ or ""), annotations=hints)
     loose = tool.fn_metadata.arg_model
     # type(name, bases, namespace) is typed as a plain `type`; the class it makes subclasses `loose`
     strict = cast(type[ArgModelBase], type(loose.__name__, (loose,), {

@@ -28,7 +28,14 @@ from paratune.planner.runs import final_pick
 
 from .session import Session
 
-CONFIG_TEXT = "TrialConfig knobs, or a whole layout as paratune prints one (an EvalResult's config); {} = baseline"
+CONFIG_TEXT = ("TrialConfig knobs (tp, pp, ep, cp, etp, vpp, mbs, gbs, pp_schedule, recompute_granularity, "
+               "recompute_method, recompute_num_layers, fp8, use_distributed_optimizer, use_torch_fsdp2, "
+               "use_megatron_fsdp, moe_token_dispatcher_type, moe_flex_dispatcher_backend, use_turbo_deepep, "
+               "sync_free_stage, tp_comm_overlap, overlap_moe_expert_parallel_comm, cuda_graph_impl, "
+               "overlap_grad_reduce, cross_entropy_loss_fusion, the pipeline split knobs, recompute_modules, "
+               "grad_reduce_in_fp32, fp8_param_gather, optimizer_cpu_offload), or a whole layout as paratune "
+               "prints one (an EvalResult's config); absent knobs keep the workload's values; {} = baseline")
+WINNER_TEXT = "the winner: TrialConfig knobs or a printed layout, as for from_config; absent = the run's pick"
 Origin = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:/+-]+$",
                               description="tag recorded with the trial, e.g. 'llm:round2'")]
 
@@ -97,23 +104,37 @@ def tools(session: Session) -> list[Callable]:
                           calibrated=record.calibrated)
 
     async def evaluate_memory_only(config: Config, origin: Origin = "mcp") -> Evaluation:
-        """Legality and memory of one layout (free)."""
+        """Legality and projected per-GPU memory (GiB, most-loaded pipeline stage, with a breakdown) of one layout.
+        Free: spends no budget, takes about a millisecond. Call it before evaluate_simulate when unsure a layout
+        fits (fits=false means it would run out of memory). An illegal layout is not an error: it comes back with
+        legal=false and every violated rule (stable codes), is recorded, and spends no budget. Returns the trial
+        id, whether the ledger already had it (cached), the memory_only budget line and the EvalResult."""
         return evaluation(config, "memory_only", origin)
 
     async def evaluate_simulate(config: Config, origin: Origin = "mcp") -> Evaluation:
-        """Legality, memory and projected throughput of one layout (one simulate call of budget)."""
+        """Legality, memory and projected throughput of one layout: iteration_ms, tokens_per_s_per_gpu (the
+        objective, higher is better), TFLOP/s per GPU, MFU and a time breakdown. Costs one call of the run's
+        simulate budget (max_perf_calls) unless the same layout was simulated before (cached=true, free); when
+        the budget is spent the call fails and says so. An illegal layout is not an error: it comes back with
+        legal=false and every violated rule (stable codes), is recorded, and spends no budget. Returns the trial
+        id, cached, the simulate budget line after the call and the EvalResult."""
         return evaluation(config, "simulate", origin)
 
     async def evaluate_with_benchmark(config: Config, origin: Origin = "mcp") -> Evaluation:
-        """Benchmark one layout on the local GPU, when this build and the cluster allow it."""
+        """Measure one layout on the GPU at hand (one layer of each type timed with torch, the rest extrapolated).
+        Costs one call of the benchmark budget and needs a GPU (cluster has_gpu) and a build with benchmark mode;
+        otherwise it fails with the reason, and evaluate_simulate is the tool to use. Returns the same shape as
+        evaluate_simulate."""
         reason = benchmark_unavailable(session)
         if reason:
             raise ToolError(reason)
         return evaluation(config, "benchmark", origin)
 
     async def validate_config(config: Config) -> Validation:
-        """Every legality rule and search constraint (stack, precision, pinned knobs) the layout breaks
-        (free, not recorded)."""
+        """Check one layout against every legality rule and search constraint (stack_knob, stack_value,
+        constraint_precision, constraint_fix, constraint_allow, constraint_exclude) without evaluating or
+        recording it. Free and instant. Returns legal, the violations (code and sentence), the resolved effective
+        config with its canonical key, and the derived data-parallel size."""
         a = session.active
         cfg = a.workload.effective(config)
         violations = layout_violations(a.workload, a.cluster, cfg)
@@ -121,11 +142,16 @@ def tools(session: Session) -> list[Callable]:
                           derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
 
     def explain(from_config: Config, to_config: Annotated[TrialConfig | None, knobs, Field(
-            description="the winner: " + CONFIG_TEXT.split(";")[0] + "; absent = the run's pick")] = None
+            description=WINNER_TEXT)] = None
                 ) -> Explanation:
-        """Why `to_config` (default: the run's robust pick) beats `from_config` (default: the workload's layout): the
-        path of single-knob changes between them, each re-projected with its tokens/s/GPU and memory delta,
-        and the term-by-term difference of their time and memory breakdowns (free, not recorded)."""
+        """Why one layout beats another: from_config (default {}, the workload's own layout) to to_config (default:
+        the run's pick, as export_best picks). Returns both EvalResults, the path of single-knob changes between
+        them (a knob with the knobs that only qualify it; two knobs when only legal together), each re-projected
+        with its tokens/s/GPU and memory delta and the same change's gain on the baseline alone (knobs interact:
+        the order matters, and `order` says how it was chosen), and the term-by-term difference of the two time
+        breakdowns (ms/iteration: compute, recompute, TP/CP/EP/FSDP communication, exposed DP communication,
+        pipeline bubble, optimizer) and memory breakdowns (GiB: weights, grads, optimizer, activations, buffers).
+        Free and not recorded; takes a second or two."""
         a = session.active
         if to_config is None:
             best, _ = final_pick(session.ledger, a.run.id, a.workload, a.cluster)
@@ -135,8 +161,11 @@ def tools(session: Session) -> list[Callable]:
         return explain_path(a.workload, a.cluster, from_config, to_config)
 
     async def get_legal_axes() -> LegalAxes:
-        """Per-knob values the active run may try: legal for its model and cluster, and allowed by the
-        cluster's stack and the search constraints (knobs the stack lacks show only their off value)."""
+        """The values each knob may take on its own for this model on this cluster (divisibility of heads, layers,
+        experts, sequence, world size), limited to what the cluster's stack has and the search constraints allow
+        (a knob the stack lacks shows only its off value), plus the world size. Free. Call it first when
+        proposing layouts; cross-axis rules (TP*PP*CP*DP = world, GBS divisible by MBS*DP, ...) are checked by
+        validate_config and the evaluate tools."""
         a = session.active
         return search_axes(a.workload, a.cluster)
 

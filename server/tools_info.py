@@ -98,13 +98,17 @@ def tools(session: Session) -> list[Callable]:
 
     async def get_history(k: Annotated[int, Field(ge=1, le=1000, description="latest trials to show")] = 20
                           ) -> History:
-        """The latest k trials of the active run, one line each."""
+        """The run's latest k trials, oldest first, one line each: trial id, fidelity, origin, the knobs that differ
+        from the baseline, then legality, fit, memory and tokens/s/GPU (raw; then calibrated and measured where
+        the run has measurements). Free. Call it to see what has been tried before proposing more."""
         a = session.active
         lines = history_lines(session.ledger, a.run.id, a.workload.effective(), k)
         return History(run_id=a.run.id, total_trials=session.ledger.trial_count(a.run.id), lines=lines)
 
     async def get_best(fidelity: Literal["simulate", "benchmark"] | None = None) -> Best:
-        """The best legal, fitting trial and how to run it."""
+        """The incumbent: the legal, fitting trial with the highest raw projected tokens/s/GPU (optionally at one
+        fidelity), with its calibrated projection and measurements when the run has them, the cluster's stack and
+        its launch (command and the files it reads). Free. found=false when nothing has been simulated yet."""
         a = session.active
         best = session.ledger.best(a.run.id, fidelity)
         if best is None:
@@ -119,44 +123,57 @@ def tools(session: Session) -> list[Callable]:
             tokens_per_s_per_gpu: Annotated[float, Field(gt=0, description="what the cluster measured")],
             peak_memory_gib: Annotated[float | None, Field(gt=0, description="measured peak per GPU")] = None,
             note: Annotated[str, Field(max_length=2000)] = "") -> Recorded:
-        """Store what the user's cluster measured for a trial; the run's correction factors are refitted
-        and every projection of the run is re-stated as calibrated beside its raw value."""
+        """Record what the user's cluster measured for a trial of the active run (trial_id from an evaluation or
+        get_history): tokens_per_s_per_gpu, optionally peak_memory_gib per GPU. Stored in the ledger (source
+        measured); the run's correction factors are refitted from all its measurements (one time factor, or two:
+        compute and communication/bubble/optimizer, when the measured layouts differ in that mix; one
+        activation-memory factor from measured peaks) and every projection of the run then carries `calibrated`
+        beside its raw value. Returns the measurement, the factors with how they were fitted, and the trial raw
+        and calibrated."""
         run_id = session.active.run.id
         m, f, trial = record(session.ledger, run_id, trial_id, tokens_per_s_per_gpu, peak_memory_gib, note)
         return Recorded(measurement=m, factors=f, trial_id=trial.id, raw=trial.result, calibrated=trial.calibrated)
 
     async def get_architecture() -> Architecture:
-        """The active run's workload."""
+        """The workload: model architecture in Megatron argument names (layers, hidden size, heads, query groups,
+        experts, top-k, MLA ranks, ...), its training arguments and the baseline layout they give. Free."""
         w = session.active.workload
         return Architecture(workload_name=w.name, is_moe=w.model.is_moe, model=w.model, training=w.training,
                             baseline=w.effective())
 
     async def get_cluster() -> ClusterInfo:
-        """The active run's target cluster."""
+        """The target cluster: nodes, GPUs per node, the GPU's peak figures and links, usable memory per GPU after
+        the safety margin, the budget, whether a GPU is present for benchmarks and the configured LLM. Free."""
         c = session.active.cluster
         return ClusterInfo(cluster=c, world_size=c.world_size, memory_cap_gb=c.memory_cap_gb,
                            llm_model=configured_llm(c))
 
     async def get_budget_status() -> BudgetStatus:
-        """Budget spent and left per fidelity."""
+        """Calls spent, limit and left per fidelity (dry, memory_only, simulate, benchmark) for the run; limit null
+        means unlimited. Free. Check it before a batch of evaluate_simulate calls."""
         a = session.active
         return BudgetStatus(run_id=a.run.id, fidelities=session.ledger.budget_status(a.run.id),
                             max_rounds=a.run.budget.max_rounds)
 
     async def note_to_scratchpad(text: Annotated[str, Field(min_length=1, max_length=8000)],
                            author: Annotated[str, Field(min_length=1, max_length=64)] = "agent") -> Note:
-        """Append a note to the active run's scratchpad."""
+        """Append a note to the run's scratchpad (kept in the ledger, survives restarts): hypotheses, what was ruled
+        out and why, the plan for the next round. Free. Never put secrets in notes; text that looks like an API
+        key is refused. Returns the stored note."""
         return session.ledger.add_note(session.active.run.id, text, author=plain_text(author, "author"))
 
     async def read_scratchpad() -> Scratchpad:
-        """The active run's notes."""
+        """Every note in the run's scratchpad (id, author, text, time), oldest first. Free. Read it at the start of
+        a round to recall the hypotheses and what was already ruled out."""
         run_id = session.active.run.id
         return Scratchpad(run_id=run_id, notes=session.ledger.notes(run_id))
 
     async def query_llm(prompt: Annotated[str, Field(min_length=1, max_length=50_000)],
                         system: Annotated[str | None, Field(max_length=20_000)] = None,
                         max_tokens: Annotated[int, Field(ge=1, le=8192)] = 1024) -> LLMAnswer:
-        """One completion from the run's configured LLM, usage recorded, bounded by agent.llm.timeout_s."""
+        """Ask the run's configured LLM (env LLM_MODEL or the cluster's agent.llm.model, through LiteLLM) one
+        question; tokens and cost are recorded in the ledger. Costs money at the provider. Fails with the reason
+        when no LLM is configured or LiteLLM is missing. Returns the answer text and its usage."""
         a = session.active
         return await ask_bounded(session.ledger, a.run.id, a.cluster.llm_model, prompt, system=system,
                                  max_tokens=max_tokens, timeout_s=a.cluster.llm_timeout_s)

@@ -111,7 +111,10 @@ def tools(session: Session) -> list[Callable]:
     def open_run(workload: Annotated[str, Field(description="workload YAML path")],
                  cluster: Annotated[str, Field(description="target-cluster YAML path")],
                  resume: bool = True) -> RunSummary:
-        """Load a workload and a cluster and make their run the active one."""
+        """Load a workload YAML (native or Primus experiment) and a target-cluster YAML and make their run the
+        current one, resuming the latest run for exactly these inputs unless resume=false. Paths are relative to
+        the server's first allowed root and must stay under the allowed roots. Free. Returns the run id, names,
+        world size, budget and how many trials it already has."""
         a = session.open_run(session.roots.file(workload, "workload"), session.roots.file(cluster, "cluster"),
                              resume=resume)
         return RunSummary(run_id=a.run.id, status=a.run.status, workload_name=a.workload.name,
@@ -124,7 +127,12 @@ def tools(session: Session) -> list[Callable]:
                             fidelity: Annotated[Literal["simulate", "benchmark"], Field(description=(
                                 "simulate (analytic), or benchmark (measured on the local GPU)"))] = "simulate",
                             ) -> SeedPlanReport:
-        """Score the seed plan through the ledger, reporting progress."""
+        """Score the deterministic seed plan: single-axis sweeps around the baseline (recompute, MoE dispatcher and
+        EP overlap, TP overlap, FP8 where allowed, schedules, neighbours, DP sharding, a coarse parallelism
+        grid), only what the cluster's stack and the search constraints allow. Each candidate gets a free memory
+        check and, when it fits, one simulate call of budget (at most `budget` calls, default the run's
+        max_perf_calls); already-scored candidates are free. Takes seconds; reports progress. Returns the counts,
+        whether the budget ran out and the incumbent."""
         a = session.active
         ledger, run_id = session.ledger, a.run.id
         if fidelity == "benchmark":
@@ -146,7 +154,10 @@ def tools(session: Session) -> list[Callable]:
     async def sweep(ctx: Context,
                     jobs: Annotated[int, Field(ge=1, le=os.cpu_count() or 1, description="worker processes")] = 1,
                     top_k: Annotated[int, Field(ge=1, le=100, description="best layouts to keep")] = 10) -> SweepReport:
-        """Score the whole legal space in a worker thread, reporting progress, and record the top-k."""
+        """Score the whole legal space of the run with the oracle (memory pre-filter, then simulate) and record the
+        top_k layouts as trials; this is the reference optimum and spends no budget. CPU-heavy: seconds to
+        minutes depending on the space; reports progress; `jobs` worker processes (default 1). Returns the space
+        size, how many fit, the wall time and the top layouts, best first."""
         a = session.active
         result = await anyio.to_thread.run_sync(functools.partial(
             run_sweep, a.workload, a.cluster, top_k=top_k, jobs=jobs, progress=_relay(ctx, "sweep")))
@@ -158,7 +169,12 @@ def tools(session: Session) -> list[Callable]:
                     pick: Annotated[Literal["robust", "argmax"], Field(description=(
                         "robust: of the layouts within the oracle's stated error of the best, the one with the "
                         "most memory headroom; argmax: the highest projected tokens/s/GPU"))] = "robust") -> Export:
-        """Write the active run's artifacts and return its winner."""
+        """Write the run's artifacts to out_dir (under the allowed roots; created if missing): trials.jsonl,
+        summary.json, trials.png, trials/<id>.yaml (re-runnable workload overlays) and, when there is a winner,
+        launch.sh and the files its command reads (Primus: winner.primus.yaml). The winner is the robust pick by
+        default (of the layouts within the oracle's stated error of the best, the one with the most memory
+        headroom, then fewer stack-specific knobs); pick=argmax takes the highest projection. Free. Returns the
+        files, the winner, the pick and why, the stack and its launch."""
         a = session.active
         trials = session.ledger.trials(a.run.id)
         if not trials:
