@@ -11,13 +11,13 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
-F = TypeVar("F", bound=Callable[..., Any])
+FnT = TypeVar("FnT", bound=Callable[..., Any])
 
 
-def by_identity(maxsize: int = 512) -> Callable[[F], F]:
+def by_identity(maxsize: int = 512) -> Callable[[FnT], FnT]:
     """Decorator: call `fn` (of one or two positional objects) once per argument object(s), by identity."""
 
-    def wrap(fn: F) -> F:
+    def wrap(fn: FnT) -> FnT:
         if fn.__code__.co_argcount not in (1, 2):
             raise TypeError(f"{fn.__name__}: by_identity caches functions of one or two objects")
         cache: dict[Any, tuple[Any, Any]] = {}

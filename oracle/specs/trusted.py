@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-M = TypeVar("M", bound=BaseModel)
+ModelT = TypeVar("ModelT", bound=BaseModel)
 _set_dict = object.__setattr__
 # BaseModel's own instance slots, set through their descriptors (cheaper than a generic setattr).
 _set_fields_set, _set_extra, _set_private = (
@@ -20,7 +20,7 @@ _set_fields_set, _set_extra, _set_private = (
 _ALL_SET: dict[type, set[str]] = {}
 
 
-def trusted(cls: type[M], values: dict[str, Any]) -> M:
+def trusted(cls: type[ModelT], values: dict[str, Any]) -> ModelT:
     """An instance of `cls` holding exactly `values` (all of its fields, each already valid)."""
     model = cls.__new__(cls)
     _set_dict(model, "__dict__", values)
@@ -35,7 +35,7 @@ def trusted(cls: type[M], values: dict[str, Any]) -> M:
     return model
 
 
-def drop_cached(model: M) -> M:
+def drop_cached(model: ModelT) -> ModelT:
     """`model` without the values its `cached_property`s stored in its `__dict__`: a copy whose fields may
     differ must derive them again (pydantic's `model_copy` copies the whole `__dict__`)."""
     for name, attr in vars(type(model)).items():
