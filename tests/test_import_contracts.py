@@ -97,3 +97,17 @@ def test_the_installed_packages_are_the_folders():
                if p.name == "__init__.py"}
     assert set(tool["packages"]) == folders
     assert tool["package-dir"] == {f"paratune.{f}": f for f in OURS}
+
+
+def test_the_oracle_reads_only_its_own_package_data():
+    # every file the oracle opens by itself sits beside the module that names it (the user's files come in
+    # as arguments): no path climbs out of the package, nothing names the shared folder beside the repo
+    bad = []
+    for path in _sources("oracle"):
+        text = path.read_text(encoding="utf-8")
+        for hit in ("parents[", ".parent.parent", '"shared"', "'shared'", '"..'):
+            if hit in text:
+                bad.append(f"{path.relative_to(ROOT)}: {hit}")
+        bad += [f"{path.relative_to(ROOT)}: {line.strip()}" for line in text.splitlines()
+                if "__file__" in line and ".with_name(" not in line and "Path(__file__).parent" not in line]
+    assert bad == []
