@@ -35,7 +35,7 @@ def test_time_counts_the_weights_memory_counts_on_its_rank(name, knobs):
     cfg = workload.effective(knobs)
     mem = estimate_memory(workload.model, cfg, cluster).breakdown
     rank = int(mem["mem_stage"])
-    dense, expert = rank_weights(workload.model, cfg, cluster.world_size)[rank]
+    dense, expert = rank_weights(workload.model, cfg, cluster)[rank]
     # the same terms summed in another order: equal to the last few ulps
     assert dense == pytest.approx(mem["mem_params_dense_count"], rel=1e-12)
     assert expert == pytest.approx(mem["mem_params_expert_count"], rel=1e-12)
@@ -50,7 +50,7 @@ def test_a_model_with_biases_sinks_and_tied_weights_is_counted_once_for_both():
     cluster = ClusterSpec(name="h100", num_nodes=2, gpus_per_node=8, gpu=gpu("h100-sxm"), hbm_capacity_gb=80)
     cfg = workload.effective()
     mem = estimate_memory(model, cfg, cluster).breakdown
-    weights = rank_weights(model, cfg, cluster.world_size)
+    weights = rank_weights(model, cfg, cluster)
     assert weights[int(mem["mem_stage"])] == pytest.approx(
         (mem["mem_params_dense_count"], mem["mem_params_expert_count"]), rel=1e-12)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import product
 
-from ..layout import RecomputePlan, layout_facts
+from ..layout import layout_facts
 from ..model_shape import model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .calibration import Constants, constants
@@ -32,6 +32,7 @@ from .context import Ctx
 from .pipeline import (
     Block,
     Pipeline,
+    block_params,
     blocks,
     chunks,
     layer_context,
@@ -45,7 +46,6 @@ from .schedule import SPLIT_BACKWARD, W, rank_orders, virtual_stages
 from .work import Work
 
 ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
-NO_RECOMPUTE = RecomputePlan(False, None, 0, ())  # recompute only adds work: the bound leaves it out
 
 
 @dataclass(frozen=True)
@@ -75,10 +75,10 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
         cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "use_megatron_fsdp": False})
     ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
     parts = _fastest_blocks(ctx, pl.p > 1, variants) if any_knobs else blocks(ctx, pl.p > 1)
-    stages = chunks(model, facts._replace(recompute=NO_RECOMPUTE))
+    stages = chunks(model, facts, recompute=False)  # recompute only adds work: the bound leaves it out
     f, b, w = stage_times(stages, parts, ())
     ends = _ends_bound(ctx, cfg, world, pl, f, b, w)
-    weights = rank_params(stages, tuple(x.params for x in parts), rank_chunks(pl.schedule, pl.p, pl.V))
+    weights = rank_params(stages, block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V))
     return (1 - ROUNDING) * max(end + optimizer_ms(ctx, dense, expert, pl, sharded=True)
                                 for end, (dense, expert) in zip(ends, weights))
 

@@ -17,7 +17,7 @@ from ..memory.state_bytes import grad_bytes
 from ..model_shape import ModelShape, model_shape
 from ..param_count import edge_params, layer_params
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
-from .calibration import Constants
+from .calibration import Constants, constants
 from .comm import Net
 from .constants import ADAM_BYTES_PER_PARAM, BF16_BYTES, E_BYTES
 from .context import Ctx
@@ -58,11 +58,13 @@ def _chunks(stages: tuple[StageLayers, ...], pattern: tuple[int, ...], full: boo
     return tuple(out)
 
 
-def chunks(model: ModelArch, facts: LayoutFacts) -> tuple[Chunk, ...]:
-    """The virtual stages of a layout (the layout facts' stages) with its full-recompute plan applied:
-    uniform recomputes every layer, block the first `recompute_num_layers` of each chunk."""
+def chunks(model: ModelArch, facts: LayoutFacts, *, recompute: bool = True) -> tuple[Chunk, ...]:
+    """The virtual stages of a layout (the layout facts' stages) with its full-recompute plan applied
+    (uniform recomputes every layer, block the first `recompute_num_layers` of each chunk), or without
+    any recompute (`recompute=False`: the search's lower bound)."""
     rec = facts.recompute
-    return _chunks(facts.chunks, model.moe_layer_pattern, rec.full, rec.block)
+    full = recompute and rec.full
+    return _chunks(facts.chunks, model.moe_layer_pattern, full, rec.block if full else None)
 
 
 def shards_weights(cfg: EffectiveConfig) -> bool:
@@ -229,13 +231,19 @@ def rank_params(chunks: tuple[Chunk, ...], params: tuple[Weights, ...], ranks: t
                   sum(k * x[1] for i in mine for k, x in zip(chunks[i].coefficients, params))) for mine in ranks)
 
 
-def rank_weights(model: ModelArch, cfg: EffectiveConfig, world: int) -> tuple[Weights, ...]:
-    """(dense-sharded, expert) weights each pipeline rank holds, as the time model counts them."""
-    facts = layout_facts(model, cfg, world)
-    a, pl = model_shape(model), Pipeline.of(facts, cfg)
-    ep, etp = (cfg.ep, cfg.etp) if a.experts else (1, 1)
-    weights = block_weights(a, cfg.tp, etp, ep, pl.p > 1, cfg.seq_length)
-    return rank_params(chunks(model, facts), weights, rank_chunks(pl.schedule, pl.p, pl.V))
+def block_params(parts: tuple[Block, ...]) -> tuple[Weights, ...]:
+    """Each block's (dense-sharded, expert) weights."""
+    return tuple(x.params for x in parts)
+
+
+def rank_weights(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[Weights, ...]:
+    """(dense-sharded, expert) weights each pipeline rank holds, through the same context, blocks and
+    stages `simulate` builds (its DP traffic and optimizer step read these)."""
+    facts = layout_facts(model, cfg, cluster.world_size)
+    pl = Pipeline.of(facts, cfg)
+    ctx = layer_context(model_shape(model), cfg, cluster, constants(cluster.gpu), facts)
+    parts = blocks(ctx, pl.p > 1)
+    return rank_params(chunks(model, facts), block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V))
 
 
 def dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float, pl: Pipeline,

@@ -20,6 +20,7 @@ from .pipeline import (
     Block,
     Chunk,
     Pipeline,
+    block_params,
     blocks,
     chunks,
     dp_and_optimizer,
@@ -63,7 +64,7 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
     ends = pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
     best = None
     ranks = rank_chunks(pl.schedule, pl.p, pl.V)
-    for r, (mine, (dense, expert)) in enumerate(zip(ranks, rank_params(stages, tuple(x.params for x in parts), ranks))):
+    for r, (mine, (dense, expert)) in enumerate(zip(ranks, rank_params(stages, block_params(parts), ranks))):
         fwd = sum(f[i] for i in mine)
         bwd = sum(b[i] + w[i] for i in mine)
         dp_exposed, opt = dp_and_optimizer(ctx, cfg, dense, expert, pl, fwd, bwd)
