@@ -43,6 +43,8 @@ class ModelShape:
     expert_ffn: int
     shared_ffn: int  # 0 when the model has no shared experts
     capacity_factor: float | None
+    # Capacity per expert = ceil(tokens·top-k/E · capacity factor); copies beyond it are dropped
+    # (megatron-core 0.16.1 moe/moe_utils.py `get_capacity`, `apply_router_token_dropping`, no padding).
     routed_peak: float  # expert copies per token a rank may have to hold: top-k x capacity factor
     routed_mean: float  # ... it processes at balanced load: top-k, fewer when a capacity below 1 drops
     mtp_layers: int
