@@ -6,10 +6,11 @@ GPU and source come out in the wrong order. Rows: calibration/data/throughput.cs
 calibration/data/extra_throughput.csv; unknown knobs are tuned per row (calibration/rows.py).
 The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four rows), twice: the
 roofline constants with the roofline forced, then, with attention fixed, Origami's efficiency with
-Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell has
-no rows and takes hopper's values. Writes oracle/performance/calibration.yaml (`fitted:` apart from
-`held:`, which the fit never changes) and prints the
-error table (benchmarks/accuracy.py). Usage, from the repository root:
+Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell
+(B200, B300, GB200, GB300) is fitted on its own rows, all MoE. MoE layers have no constant of their
+own: their terms are physics (oracle/performance/moe_layer.py). Writes
+oracle/performance/calibration.yaml (`fitted:` apart from `held:`, which the fit never changes) and
+prints the error table (benchmarks/accuracy.py). Usage, from the repository root:
 .venv/bin/python -m paratune.calibration.fit [--check]
 """
 
@@ -22,11 +23,11 @@ import yaml
 
 from paratune.oracle.catalog import gpu as catalog_gpu
 from paratune.oracle.performance import calibration
-from paratune.oracle.performance.calibration import CALIBRATION_FILE, FITTED, GLOBAL_FITTED, constants_for, with_fitted
+from paratune.oracle.performance.calibration import CALIBRATION_FILE, FITTED, constants_for, with_fitted
 from paratune.oracle.performance.gemm_origami import origami_available
+from paratune.oracle.specs import EffectiveConfig
 
-from .report import throughput_report as report
-from .rows import Row, load_rows, order_pairs, project
+from .rows import Row, load_rows, order_pairs, project, project_at
 
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
 # see keeps its current value
@@ -35,14 +36,13 @@ GROUPS = {
     "hopper": (("hopper",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "layer_overhead_us"), {}),
     "amd-roofline": (("cdna3", "cdna4"), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {"gemm_model": "roofline"}),
     "amd-origami": (("cdna3", "cdna4"), ("origami_eff",), {}),
-    "moe": (("ampere", "hopper", "blackwell", "cdna3", "cdna4"), ("moe_overhead_us",), {}),
+    "blackwell": (("blackwell",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "layer_overhead_us"), {}),
 }
-ROUNDS = 2  # the groups share rows (MoE rows see their family's constants and the MoE overhead)
-COPIES = {"blackwell": "hopper"}  # families without rows (held.copied in calibration.yaml)
+ROUNDS = 2  # each round re-chooses every row's tuned layout under the constants fitted so far
+COPIES: dict[str, str] = {}  # families without rows (held.copied in calibration.yaml): none now
 BOUNDS = {
     "gemm_eff": (0.4, 0.95), "fp8_gemm_eff": (0.3, 0.95), "attn_eff": (0.2, 0.9),
     "tp_exposed": (0.0, 1.0), "layer_overhead_us": (0.0, 300.0), "origami_eff": (0.4, 1.2),
-    "moe_overhead_us": (0.0, 3000.0),
 }
 ORDER_WEIGHT = 4.0
 ORDER_MARGIN = 0.02  # projected log-ratio a correctly ordered pair should keep
@@ -52,14 +52,29 @@ def family_of_row(row: Row) -> str:
     return catalog_gpu(row.gpu).family
 
 
-def _objective(rows: list[Row], values: dict[str, float], families: tuple[str, ...]) -> float:
-    logs = {}
+Chosen = dict[str, EffectiveConfig]  # row id -> its tuned layout, held while constants move
+
+
+def choose(rows: list[Row], consts: dict[str, dict[str, float]] | None = None) -> Chosen:
+    """Each projected row's fastest candidate under the current constants (with `consts`' fitted values
+    per family over them); rejected rows are left out. The fit re-chooses once per round."""
+    out = {}
     for row in rows:
         fam = family_of_row(row)
-        c = with_fitted(constants_for(fam), values) if fam in families else None
-        p = project(row, c)
-        if p is None:  # a rejected published run: listed by the report, not fitted
+        p = project(row, with_fitted(constants_for(fam), (consts or {}).get(fam, {})))
+        if p is not None:
+            out[row.id] = p.cfg
+    return out
+
+
+def _objective(rows: list[Row], values: dict[str, float], families: tuple[str, ...], chosen: Chosen) -> float:
+    logs = {}
+    for row in rows:
+        if row.id not in chosen:  # a rejected published run: listed by the report, not fitted
             continue
+        fam = family_of_row(row)
+        c = with_fitted(constants_for(fam), values) if fam in families else None
+        p = project_at(row, chosen[row.id], c)
         logs[row.id] = math.log(p.estimate.tokens_per_s_per_gpu / row.measured)
     loss = sum(x * x for x in logs.values()) / len(logs)
     for a, b in order_pairs([r for r in rows if r.id in logs]):  # a measured faster than b
@@ -87,32 +102,47 @@ def _golden(f, lo: float, hi: float, x0: float, iters: int = 12) -> float:
     return best if min(fc, fd) < f(x0) else x0
 
 
-def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...], held: dict,
+def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...], held: dict, chosen: Chosen,
               sweeps: int = 3) -> dict[str, float]:
-    """Coordinate descent over the group's constants."""
-    base = constants_for(families[0])
+    """Coordinate descent over the group's constants, each row at its `chosen` layout; `held`: settings
+    and values fitted earlier for the same families."""
+    base = with_fitted(constants_for(families[0]), held)
     values = {n: getattr(base, n) for n in names}
     for _ in range(sweeps if len(names) > 1 else 1):
         for name in names:
             def f(x: float, name: str = name) -> float:
-                return _objective(rows, {**values, **held, name: x}, families)
+                return _objective(rows, {**held, **values, name: x}, families, chosen)
             values[name] = _golden(f, *BOUNDS[name], values[name])
     return values
 
 
 def fitted_names(family: str) -> tuple[str, ...]:
     """The per-family constants some group fits for this family (the rest are held)."""
-    return tuple(n for n in FITTED if n not in GLOBAL_FITTED and any(
-        family in fams and n in names for fams, names, _ in GROUPS.values()))
+    return tuple(n for n in FITTED if any(family in fams and n in names for fams, names, _ in GROUPS.values()))
 
 
 def group_rows(rows: list[Row], group: str) -> list[Row]:
-    """The rows one group is fitted on: its families' rows (the MoE group: those with EP > 1)."""
-    members = [r for r in rows if family_of_row(r) in GROUPS[group][0]]
-    return [r for r in members if r.ep > 1] if group == "moe" else members
+    """The rows one group is fitted on: its families' rows."""
+    return [r for r in rows if family_of_row(r) in GROUPS[group][0]]
+
+
+def fit_all(rows: list[Row], chosen: Chosen) -> dict[str, dict[str, float]]:
+    """Every group's fitted constants on `rows` at their `chosen` layouts (pure: nothing is written);
+    a group sees the values fitted before it for its families (the AMD groups share theirs)."""
+    out: dict[str, dict[str, float]] = {}
+    for group, (families, names, settings) in GROUPS.items():
+        members = group_rows(rows, group)
+        if not members or (group == "amd-origami" and not origami_available()):
+            print(group, "skipped:", "no rows" if not members else "rocm-origami is not installed; origami_eff kept")
+            continue
+        earlier = {k: v for g, vals in out.items() if set(GROUPS[g][0]) & set(families) for k, v in vals.items()}
+        out[group] = fit_group(members, families, names, {**earlier, **settings}, chosen)
+    return out
 
 
 def main() -> None:
+    from .report import throughput_report as report  # the report reads the held-out fit, which is this module's
+
     rows = load_rows()
     if "--check" in sys.argv:
         report(rows)
@@ -121,18 +151,13 @@ def main() -> None:
     fitted = data["fitted"]
     fitted["calibrated_gpus"] = sorted({r.gpu for r in rows})  # GPUs with published rows in the fit
     for _ in range(ROUNDS):
-        for group, (families, names, held) in GROUPS.items():
-            if group == "amd-origami" and not origami_available():
-                print(group, "skipped: rocm-origami is not installed; origami_eff kept")
-                continue
-            values = fit_group(group_rows(rows, group), families, names, held)
+        chosen = choose(rows)
+        for group, values in fit_all(rows, chosen).items():
             print(group, {k: round(v, 4) for k, v in values.items()}, flush=True)
             for k, v in values.items():
-                for fam in ([] if k in GLOBAL_FITTED else families):
-                    fitted["families"][fam][k] = round(v, 4)
-                if k in GLOBAL_FITTED:
-                    fitted["global"][k] = round(v, 4)
-            _reload(data, rows)
+                for fam in GROUPS[group][0]:
+                    fitted["families"].setdefault(fam, {})[k] = round(v, 4)
+        _reload(data, rows)
     CALIBRATION_FILE.write_text(_dump(data, rows), encoding="utf-8")
     report(rows)
 
@@ -153,7 +178,8 @@ PRIOR_NOTES = {
     "alpha_intra_us": "assumed latency per collective step inside a node; no source recorded",
     "alpha_inter_us": "assumed latency per collective step across nodes; no source recorded",
     "a2a_peer_us": "assumed per-remote-peer cost of an NCCL all-to-all message; no source recorded",
-    "deepep_eff": "assumed fraction of NIC bandwidth DeepEP's RDMA path reaches; no source recorded",
+    "host_sync_us": ("assumed exposed cost of one device-to-host sync (cudaStreamSynchronize, then the CPU "
+                     "relaunches the next kernels); no source recorded"),
     "gemm_latency_us": "assumed fixed cost of one GEMM kernel launch; no source recorded",
     "gemm_k_overhead": "assumed per-tile prologue/epilogue in K steps (gemm.py); no source recorded",
     "grad_bucket_params": ("megatron-core DistributedDataParallelConfig.bucket_size default "
@@ -188,8 +214,6 @@ def _dump(data: dict, rows: list[Row]) -> str:
            "  families:"]
     for fam, values in fitted["families"].items():
         out.append(f"    {fam}: {_flow({n: values[n] for n in fitted_names(fam)})}")
-    out += ["  # fitted across families on every MoE row (EP > 1)", "  global:"]
-    out += [f"    {k}: {v}" for k, v in fitted["global"].items()]
     out += ["  # each group: its families, the constants it fits, settings held during its fit, its rows",
             "  fitted_on:"]
     for group, (families, names, settings) in GROUPS.items():
@@ -199,8 +223,7 @@ def _dump(data: dict, rows: list[Row]) -> str:
                    f"gpus: [{', '.join(sorted({r.gpu for r in members}))}]}}")
     out += ["held:",
             "  # families without published rows take a fitted family's values (uncalibrated)",
-            "  copied:"]
-    out += [f"    {k}: {v}" for k, v in COPIES.items()]
+            "  copied: {" + ", ".join(f"{k}: {v}" for k, v in COPIES.items()) + "}"]
     out += ["  # per-family constants no group fits for that family", "  families:"]
     for fam, values in held["families"].items():
         out.append(f"    {fam}:")

@@ -32,7 +32,9 @@ from paratune.oracle.pipeline_split import candidate_splits
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, TrainingArgs, Workload
 
 DATA = Path(__file__).with_name("data")
-THROUGHPUT_FILES = (DATA / "throughput.csv", DATA / "extra_throughput.csv")
+THROUGHPUT_FILES = (DATA / "throughput.csv", DATA / "extra_throughput.csv", DATA / "moe_throughput.csv")
+# Table precisions beyond fp16/bf16/fp8: the FP8 scaling recipe each names (Megatron --fp8-recipe).
+FP8_PRECISIONS = {"fp8": None, "mxfp8": "mxfp8", "fp8-blockwise": "blockwise"}
 RECIPES_FILE = DATA / "recipes.csv"
 DEFAULT_GBS_PER_NODE = 128
 MBS_CANDIDATES = (1, 2, 4)
@@ -115,9 +117,11 @@ def recipe_facts() -> dict[str, dict[str, tuple[Any, str]]]:
 
 
 def cluster_of(row: Row) -> ClusterSpec:
-    """8-GPU nodes of the row's GPU (fewer GPUs: one node), capped at the whole HBM, margin 0."""
+    """Nodes of the row's GPU as its catalog scale-up domain (8 GPUs; an NVL72 rack for GB200/GB300, of
+    which a job uses the largest share dividing its GPUs, e.g. 64 of 72 for 256 GPUs), capped at the whole
+    HBM, margin 0."""
     g = catalog_gpu(row.gpu)
-    per_node = min(8, row.gpus)
+    per_node = max(d for d in range(1, min(g.gpus_per_node, row.gpus) + 1) if row.gpus % d == 0)
     return ClusterSpec(name=row.id, num_nodes=row.gpus // per_node, gpus_per_node=per_node, gpu=g,
                        hbm_capacity_gb=g.hbm_gb, memory_safety_margin=0.0)
 
@@ -134,12 +138,18 @@ def _stated(row: Row, model: ModelArch) -> dict[str, Any]:
         "global_batch_size": row.gbs or args.get("global_batch_size") or DEFAULT_GBS_PER_NODE * row.gpus // 8,
         "tensor_model_parallel_size": row.tp, "pipeline_model_parallel_size": row.pp,
         "context_parallel_size": row.cp, "expert_model_parallel_size": row.ep,
-        "fp8": "hybrid" if row.precision == "fp8" else None, "fp16": row.precision == "fp16",
-        "bf16": row.precision == "bf16", "use_distributed_optimizer": row.dp_sharding == "distopt",
-        "use_torch_fsdp2": row.dp_sharding == "fsdp",
+        "fp8": "hybrid" if row.precision in FP8_PRECISIONS else None, "fp16": row.precision == "fp16",
+        "bf16": row.precision == "bf16",
     }
+    if row.dp_sharding:  # an empty column leaves the recipe's (or the default) DP sharding
+        args |= {"use_distributed_optimizer": row.dp_sharding == "distopt",
+                 "use_torch_fsdp2": row.dp_sharding == "fsdp"}
+    if row.tp == 1:  # Bridge switches TP overlap off below TP 2 (comm_overlap.py), whatever the recipe asks
+        args["tp_comm_overlap"] = False
+    if FP8_PRECISIONS.get(row.precision):
+        args["fp8_recipe"] = FP8_PRECISIONS[row.precision]
     if model.is_moe:
-        args["expert_tensor_parallel_size"] = 1
+        args.setdefault("expert_tensor_parallel_size", 1)
     if row.mbs:
         args["micro_batch_size"] = row.mbs
     if row.vpp:
@@ -161,10 +171,12 @@ def tuned_knobs(row: Row, model: ModelArch) -> list[str]:
                   "decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers")
     if row.pp > 1 and not any(stated.get(k) for k in split_keys):
         out.append("pipeline split")
-    if row.precision == "fp8" and "fp8_param_gather" not in stated:
+    if row.precision in FP8_PRECISIONS and "fp8_param_gather" not in stated:
         out.append("fp8_param_gather")
     if model.is_moe and row.ep > 1 and "moe_token_dispatcher_type" not in stated:
         out.append("moe_token_dispatcher_type")
+    if model.is_moe and "moe_grouped_gemm" not in stated:
+        out.append("moe_grouped_gemm")
     return out
 
 
@@ -195,6 +207,8 @@ def _candidates(row: Row, model: ModelArch) -> list[dict[str, Any]]:
         deepep = ({"use_turbo_deepep": True} if catalog_gpu(row.gpu).vendor == "amd"  # Primus-Turbo's on ROCm
                   else {"moe_token_dispatcher_type": "flex"})
         axes.append([{"moe_token_dispatcher_type": "alltoall"}, deepep])
+    if "moe_grouped_gemm" in tuned:
+        axes.append([{"moe_grouped_gemm": g} for g in (False, True)])
     out = []
     for combo in itertools.product(*axes):
         args = dict(stated)
@@ -268,6 +282,12 @@ def project(row: Row, consts: Constants | None = None) -> Projection | None:
         if best is None or est.tokens_per_s_per_gpu > best[1].tokens_per_s_per_gpu:
             best = (cfg, est)
     return Projection(s, *best) if best else None
+
+
+def project_at(row: Row, cfg: EffectiveConfig, consts: Constants | None = None) -> Projection:
+    """The row's projection at one candidate (the fit holds each row's tuned knobs between its rounds)."""
+    s = setup(row)
+    return Projection(s, cfg, simulate(s.model, cfg, s.cluster, consts))
 
 
 def order_pairs(rows: list[Row]) -> list[tuple[Row, Row]]:

@@ -268,9 +268,16 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
     modules = c["recompute_modules"] or ()
     if "moe_act" in modules and not c["moe_grouped_gemm"]:
         out.append(_violation("recompute_moe_act", "recompute module moe_act needs moe_grouped_gemm"))
+    if c["fp8"] and c["fp8_recipe"] == "delayed" and c["recompute_granularity"] == "selective" and (
+            "moe_act" in modules or "layernorm" in modules):
+        out.append(_violation("recompute_fp8_delayed", "FP8 delayed scaling does not support the moe_act and "
+                              "layernorm recompute modules (megatron-core transformer_config.py)"))
     if "mla_up_proj" in modules and not lim.mla:
         out.append(_violation("recompute_mla_up_proj", "recompute module mla_up_proj needs multi-latent attention"))
     moe_ep = lim.is_moe and c["ep"] > 1
+    if lim.is_moe and c["moe_token_dispatcher_type"] == "flex" and c["etp"] * c["ep"] == 1:
+        out.append(_violation("flex_tp_ep", "the flex token dispatcher requires ETP*EP > 1 (megatron-core "
+                              "token_dispatcher.py MoEFlexTokenDispatcher)"))
     if c["use_turbo_deepep"] and not moe_ep:
         out.append(_violation("deepep_moe", "DeepEP needs a MoE model with EP>1"))
     stage = c["sync_free_stage"]

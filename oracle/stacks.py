@@ -127,9 +127,12 @@ KNOBS: tuple[Knob, ...] = (
          "(oracle.performance.comm)", "NCCL all-to-all / allgather buffers and DeepEP's NVLink/RDMA buffers "
          "(oracle.memory.overheads)", off="allgather"),
     Knob("moe_flex_dispatcher_backend", "--moe-flex-dispatcher-backend", None, "model.moe_flex_dispatcher_backend",
-         "DeepEP's RDMA/NVLink dispatch (oracle.performance.comm.Net.deepep; HybridEP costed alike)",
+         "DeepEP's / HybridEP's dispatch at their published rates (oracle.performance.moe_layer, ep_bandwidth)",
          "DeepEP's buffers (oracle.memory.overheads.deepep_buffers); HybridEP's worst-case buffers are not "
          "modelled", off="deepep", vendors=frozenset({"nvidia"})),
+    Knob("moe_grouped_gemm", "--moe-grouped-gemm", "moe_grouped_gemm", "model.moe_grouped_gemm",
+         "one grouped launch for the local experts' GEMMs, or one GEMM per expert (SequentialMLP) "
+         "(oracle.performance.moe_layer.expert_mlps)", "none modelled", off=False),
     Knob("tp_comm_overlap", "--tp-comm-overlap", "tp_comm_overlap", "comm_overlap.tp_comm_overlap",
          "TP all-gather / reduce-scatter pipelined with the GEMMs they feed (Transformer Engine userbuffers; "
          "on ROCm Primus's re-implementation, te_patches/tp_overlap_patches.py)",
@@ -145,7 +148,8 @@ KNOBS: tuple[Knob, ...] = (
          off="none", vendors=frozenset({"nvidia"})),  # on ROCm Primus documents graphs only for MegaMoE (mega-moe.md)
     Knob("use_turbo_deepep", None, "use_turbo_deepep", None,
          "Primus-Turbo DeepEP dispatch, which sets the flex dispatcher (patches/turbo/moe_dispatcher_patches.py; "
-         "costed by oracle.performance.comm.Net.deepep)", "DeepEP's buffers (oracle.memory.overheads.deepep_buffers)",
+         "costed by oracle.performance.moe_layer.dispatch_combine)",
+         "DeepEP's buffers (oracle.memory.overheads.deepep_buffers)",
          off=False,
          vendors=frozenset({"amd"})),
     Knob("sync_free_stage", None, "turbo_sync_free_moe_stage", None,

@@ -36,14 +36,17 @@ from paratune.oracle.identity_cache import by_identity
 from paratune.oracle.layout import microbatch_count, replicas
 from paratune.oracle.legality import validate
 from paratune.oracle.performance.bound import KnobVariants
+from paratune.oracle.performance.ep_bandwidth import backend_of
 from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits
-from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
+from paratune.oracle.specs import ClusterSpec, ModelArch, TrialConfig, Workload
 from paratune.oracle.specs.config import sequence_parallel_in_effect
 
 # MoE dispatch options, as the knobs that choose them.
 ALLGATHER = {"moe_token_dispatcher_type": "allgather", "use_turbo_deepep": False}
 ALLTOALL = {"moe_token_dispatcher_type": "alltoall", "use_turbo_deepep": False}
 FLEX_DEEPEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep", "use_turbo_deepep": False}
+FLEX_HYBRIDEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+                 "use_turbo_deepep": False}
 TURBO_DEEPEP = {"moe_token_dispatcher_type": "flex", "use_turbo_deepep": True}
 
 
@@ -60,7 +63,7 @@ def _schedules(pp: int, vpp: int, microbatches: int) -> list[str]:
 class Menu:
     """The feature-knob values the rules allow on one search, read once (`knob_points` combines them)."""
 
-    recomputes: tuple[str, ...]
+    recomputes: tuple[Recompute, ...]  # (granularity, selective modules)
     full_recompute: dict  # the user's pinned recompute_method / recompute_num_layers for full recompute
     fp8s: tuple[str, ...]
     dispatchers: tuple[dict, ...]  # MoE dispatch options (EP > 1)
@@ -70,9 +73,28 @@ class Menu:
     sharding: tuple[tuple[bool, bool], ...]  # (torch FSDP2, distributed optimizer)
     fixed: dict  # always-on settings (fused loss, overlapped grad reduce) as the rules allow them
     rules: tuple[Rule, ...]
+    delayed_fp8: bool  # FP8 delayed scaling: no moe_act / layernorm recompute (legality `recompute_fp8_delayed`)
     rocm: bool  # Primus's ROCm TP overlap does not run under FP8 (legality `tp_overlap_fp8_rocm`)
     graphs: bool  # CUDA graphs on: full recompute is out (legality `cuda_graph_recompute`)
     check: Callable[[TrialConfig], bool] | None  # with pins on other knobs, each point is also validated
+
+
+Recompute = tuple[str, tuple[str, ...] | None]  # (recompute_granularity, recompute_modules)
+OUTPUT_DISCARDING = frozenset({"moe_act", "layernorm"})  # refused under FP8 delayed scaling (transformer_config.py)
+
+
+def selective_sets(model: ModelArch) -> tuple[tuple[str, ...], ...]:
+    """The selective-recompute module sets the search tries: Megatron's default (core_attn) and, for MoE
+    models, the sets MoE recipes use, each saving more than the last (megatron-core transformer_config.py
+    `recompute_modules`; e.g. Megatron-Bridge's DeepSeek-V3 presets recompute mla_up_proj, mlp, moe_act,
+    layernorm): the expert activation, then the norms, then every cheap module the model has (MLA's
+    up-projection, the dense layers' MLP, the shared experts)."""
+    if not model.is_moe:
+        return (("core_attn",),)
+    cheap = ("layernorm", "moe_act") + (("mla_up_proj",) if model.multi_latent_attention else ()) + (
+        ("mlp",) if not all(model.moe_layer_pattern) else ()) + (
+        ("shared_experts",) if model.moe_shared_expert_intermediate_size else ())
+    return tuple(dict.fromkeys((("core_attn",), ("moe_act",), ("layernorm", "moe_act"), tuple(sorted(cheap)))))
 
 
 def _first_allowed(rules: tuple[Rule, ...], knob: str, preferred: list) -> object:
@@ -96,16 +118,25 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
     if stage:
         options: tuple[dict, ...] = ({**TURBO_DEEPEP, "sync_free_stage": stage},)
     else:
-        deepep = TURBO_DEEPEP if cluster.gpu.vendor == "amd" else FLEX_DEEPEP
-        options = tuple({**d, "sync_free_stage": 0} for d in (ALLGATHER, ALLTOALL, deepep))
-    off_moe = {"use_turbo_deepep": False, "sync_free_stage": 0}
+        flex = (TURBO_DEEPEP,) if cluster.gpu.vendor == "amd" else (FLEX_DEEPEP, FLEX_HYBRIDEP)
+        options = tuple({**d, "sync_free_stage": 0} for d in (ALLGATHER, ALLTOALL, *flex))
+    off_moe: dict[str, object] = {"use_turbo_deepep": False, "sync_free_stage": 0}
+    if workload.model.is_moe:  # grouped expert GEMMs, as every MoE recipe runs them; no flex without EP (its TPxEP > 1)
+        grouped = {"moe_grouped_gemm": _first_allowed(rules, "moe_grouped_gemm", [True, False])}
+        options = tuple({**d, **grouped} for d in options)
+        off_moe |= {**ALLTOALL, **grouped}
     sharding = tuple(x for x in ((False, True), (True, False))
                      if allowed(rules, "use_torch_fsdp2", [x[0]])
                      and allowed(rules, "use_distributed_optimizer", [x[1]]))
     fp8s = [f for f in axes.fp8 if f != "e4m3" or "hybrid" not in axes.fp8]  # E4M3 projects as hybrid does
     graphs = workload.training.cuda_graph_impl != "none"
-    return Menu(recomputes=tuple(r for r in allowed(rules, "recompute_granularity", ["none", "selective", "full"])
-                                 if not (graphs and r == "full")),
+    modules = fix.get("recompute_modules")
+    sets = (tuple(modules),) if modules else selective_sets(workload.model)
+    recomputes: list[Recompute] = []
+    for r in allowed(rules, "recompute_granularity", ["none", "selective", "full"]):
+        if not (graphs and r == "full"):
+            recomputes += [(r, mods) for mods in sets] if r == "selective" else [(r, None)]
+    return Menu(recomputes=tuple(recomputes),
                 full_recompute={k: fix[k] for k in ("recompute_method", "recompute_num_layers") if k in fix},
                 fp8s=tuple(fp8s), dispatchers=tuple(d for d in options if ok(d)),
                 plain_moe=off_moe if ok(off_moe) else {},
@@ -113,13 +144,15 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
                 sharding=sharding or ((False, False),),
                 fixed={"cross_entropy_loss_fusion": _first_allowed(rules, "cross_entropy_loss_fusion", [True, False]),
                        "overlap_grad_reduce": _first_allowed(rules, "overlap_grad_reduce", [True, False])},
-                rules=rules, rocm=cluster.gpu.vendor == "amd", graphs=graphs,
+                rules=rules, delayed_fp8=workload.training.fp8_recipe == "delayed",
+                rocm=cluster.gpu.vendor == "amd", graphs=graphs,
                 check=_checker(workload, cluster) if _named(cluster) - NATIVE_CONSTRAINTS else None)
 
 
 # Knobs whose pins and limits the space applies itself (each is an axis filtered by the rules, and its
 # cross-rules are built in): a constraint on any other knob turns the per-point check on.
 NATIVE_CONSTRAINTS = frozenset({"tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "pp_schedule", "recompute_granularity",
+                                "recompute_modules",
                                 "fp8", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "use_torch_fsdp2"})
 
 
@@ -140,9 +173,9 @@ def _checker(workload: Workload, cluster: ClusterSpec) -> Callable[[TrialConfig]
 def bound_variants(m: Menu) -> KnobVariants:
     """The feature-knob settings of this search, for the sweep's layout bounds."""
     return KnobVariants(fp8=tuple(sorted({f != "none" for f in m.fp8s})),
-                        dispatch=tuple(sorted({(d["moe_token_dispatcher_type"] == "flex",
-                                                d["moe_token_dispatcher_type"] == "allgather")
-                                              for d in m.dispatchers})),
+                        dispatch=tuple(sorted({backend_of(d["moe_token_dispatcher_type"],
+                                                   d.get("moe_flex_dispatcher_backend", "deepep"),
+                                                   d["use_turbo_deepep"]) for d in m.dispatchers})),
                         tp_overlap=m.tp_overlaps, ep_overlap=m.ep_overlaps)
 
 
@@ -222,10 +255,10 @@ def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> boo
 
 def knob_points(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> Iterator[TrialConfig]:
     """Every legal combination of feature knobs on one layout."""
-    for recompute, moes, precisions, shardings in _knob_axes(layout, m, moe_ep, sp):
-        full = m.full_recompute if recompute == "full" else {}
+    for (recompute, modules), moes, precisions, shardings in _knob_axes(layout, m, moe_ep, sp):
+        extra = m.full_recompute if recompute == "full" else {"recompute_modules": modules} if modules else {}
         for moe, (fp8, tp_overlap), (fsdp, distopt) in product(moes, precisions, shardings):
-            trial = TrialConfig(**layout, recompute_granularity=recompute, **full, fp8=fp8, **moe,
+            trial = TrialConfig(**layout, recompute_granularity=recompute, **extra, fp8=fp8, **moe,
                                 tp_comm_overlap=tp_overlap, use_torch_fsdp2=fsdp, use_distributed_optimizer=distopt,
                                 **m.fixed)
             if m.check is None or m.check(trial):
@@ -249,7 +282,7 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
     (`oracle.legality._overlap_rules`); TP overlap needs sequence parallelism and, on ROCm, no FP8;
     torch FSDP2 needs PP = EP = 1 (Megatron-LM arguments.py). Where a knob does not apply it stays
     off, and a layout whose rules forbid off has no points."""
-    recomputes = ("none",) if layout["pp_schedule"] in ("zb", "zbv") else m.recomputes
+    recomputes = (("none", None),) if layout["pp_schedule"] in ("zb", "zbv") else m.recomputes
     overlap_ok = layout["pp"] == 1 or layout["pp_schedule"] == "interleaved"
     tp_overlaps = tuple(x for x in (m.tp_overlaps if sp else (False,)) if x in m.tp_overlaps)
     fsdp_ok = layout["pp"] == 1 and layout["ep"] == 1
@@ -261,8 +294,9 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
             continue
         if moe_ep:
             moes = tuple({**d, "overlap_moe_expert_parallel_comm": o} for d in m.dispatchers for o in m.ep_overlaps
-                         if not o or (overlap_ok and r != "full" and d["moe_token_dispatcher_type"] != "allgather"))
+                         if not o or (overlap_ok and r[0] != "full" and d["moe_token_dispatcher_type"] != "allgather"))
         else:
             moes = tuple({**m.plain_moe, "overlap_moe_expert_parallel_comm": False} for o in m.ep_overlaps if not o)
-        out.append((r, moes, precisions, sharding))
+        discards = m.delayed_fp8 and not OUTPUT_DISCARDING.isdisjoint(r[1] or ())
+        out.append((r, moes, tuple(p for p in precisions if not (discards and p[0] != "none")), sharding))
     return out

@@ -96,8 +96,9 @@ def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ra
     bounds: dict[tuple, float] = {}  # by every feature knob but recompute, which the bound covers
     entered: list[Ranked] = []
     for trial in knob_points(*_knobs(layout)):
-        knobs = (trial.fp8, trial.moe_token_dispatcher_type, trial.use_turbo_deepep,
-                 trial.overlap_moe_expert_parallel_comm, trial.tp_comm_overlap, trial.use_torch_fsdp2)
+        knobs = (trial.fp8, trial.moe_token_dispatcher_type, trial.moe_flex_dispatcher_backend, trial.use_turbo_deepep,
+                 trial.moe_grouped_gemm, trial.overlap_moe_expert_parallel_comm, trial.tp_comm_overlap,
+                 trial.use_torch_fsdp2)
         if knobs in bounds and _loses(bounds[knobs]):
             unchecked += 1
             continue

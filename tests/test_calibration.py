@@ -12,7 +12,6 @@ from paratune.calibration.rows import load_rows
 from paratune.oracle.performance.calibration import (
     CALIBRATION_FILE,
     FITTED,
-    GLOBAL_FITTED,
     Constants,
     constants_for,
     families,
@@ -31,9 +30,8 @@ def test_fitted_and_held_split_every_constant_once():
         assert set(values) == set(fit.fitted_names(fam)), fam  # exactly what the fit's groups fit
         assert not set(values) & set(held_here), fam
         assert set(values) | set(held_here) == set(FITTED), fam
-    assert set(fitted["global"]) == set(GLOBAL_FITTED)
     names = {f.name for f in fields(Constants)}
-    assert set(held["priors"]) == names - set(FITTED) - set(GLOBAL_FITTED)
+    assert set(held["priors"]) == names - set(FITTED)
     assert set(held["copied"]) == set(fit.COPIES)
     assert set(fitted["families"]) | set(held["copied"]) == set(families())
 

@@ -5,14 +5,14 @@ the uncertainty table checked against the accuracy report it is written from."""
 
 from __future__ import annotations
 
+import pytest
 import yaml
 
-from paratune.calibration.report import uncertainty_table
-from paratune.calibration.rows import load_rows
+from paratune.calibration.rows import load_rows, project, setup
 from paratune.ledger.models import TrialRecord
 from paratune.oracle.catalog import gpu
 from paratune.oracle.evaluate import evaluate_simulate
-from paratune.oracle.performance.uncertainty import UNCERTAINTY_FILE, uncertainty
+from paratune.oracle.performance.uncertainty import UNCERTAINTY_FILE, family_name, uncertainty
 from paratune.oracle.specs import EvalResult
 from paratune.planner.pick import exotic_knobs, pick
 
@@ -48,12 +48,24 @@ def test_outside_the_error_the_argmax_stands_and_ties_go_to_fewer_stack_specific
     assert pick([trial(1, 900.0, 120.0)], 0.05) is None  # nothing fits
 
 
-def test_the_stated_uncertainty_is_the_accuracy_reports_per_family_error():
+def test_the_stated_uncertainty_is_the_held_out_error_widened_where_it_rests_on_little():
+    """uncertainty.yaml is the accuracy report's leave-one-model-out table (`benchmarks/accuracy.py
+    --write-uncertainty`; the refits take minutes, so its rows are checked against the report's row set
+    here); the stated error widens it x1.5 under 5 rows and x1.5 on an uncalibrated GPU, floor 5 %."""
     stated = yaml.safe_load(UNCERTAINTY_FILE.read_text())["families"]
-    assert stated == uncertainty_table(load_rows())  # rerun `benchmarks/accuracy.py --write-uncertainty`
+    projected = {}
+    for row in load_rows():
+        if project(row) is not None:
+            fam = family_name(setup(row).model, gpu(row.gpu))
+            projected[fam] = projected.get(fam, 0) + 1
+    assert {f: v["rows"] for f, v in stated.items()} == projected
     w, c = example("mixtral")
     u = uncertainty(w.model, c.gpu)
-    assert (u.family, u.mape, u.rows) == ("moe/amd", stated["moe/amd"]["mape"], stated["moe/amd"]["rows"])
+    moe_amd = stated["moe/amd"]
+    widen = 1.5 if moe_amd["rows"] < 5 else 1.0
+    assert (u.family, u.rows, u.held_out) == ("moe/amd", moe_amd["rows"], moe_amd["mape"])
+    assert u.mape == pytest.approx(max(0.05, moe_amd["mape"] * widen))
+    assert "held-out" in u.text and f"over {moe_amd['rows']} published run" in u.text
     r = evaluate_simulate(w, c)
     assert (r.error, r.error_family) == (u.mape, "moe/amd")
     dense, h100 = example("llama70b")

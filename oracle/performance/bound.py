@@ -29,6 +29,7 @@ from ..model_shape import model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .calibration import Constants, constants
 from .context import Ctx
+from .ep_bandwidth import DISPATCH_BACKENDS
 from .pipeline import (
     Block,
     Pipeline,
@@ -55,7 +56,7 @@ class KnobVariants:
     for each of its points."""
 
     fp8: tuple[bool, ...] = (False, True)
-    dispatch: tuple[tuple[bool, bool], ...] = ((False, True), (False, False), (True, False))  # (DeepEP, allgather)
+    dispatch: tuple[str, ...] = DISPATCH_BACKENDS  # `ep_bandwidth.dispatch_backend` values
     tp_overlap: tuple[bool, ...] = (False, True)
     ep_overlap: tuple[bool, ...] = (False, True)
 
@@ -88,12 +89,11 @@ def _fastest_blocks(ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[Bloc
     """Per block, the least F, B and W over the `variants` of FP8, the dispatcher (allgather,
     all-to-all, DeepEP) and the TP and EP overlaps (where they apply) in context `ctx`."""
     fp8s = tuple(f for f in variants.fp8 if ctx.gpu.has_fp8 or not f) or (False,)
-    dispatch = variants.dispatch if ctx.ep > 1 else ((ctx.deepep, ctx.allgather),)
+    dispatch = variants.dispatch if ctx.ep > 1 else (ctx.dispatch,)
     tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)
     ep_overlaps = variants.ep_overlap if ctx.ep > 1 else (False,)
-    every = [blocks(replace(ctx, fp8=fp8, deepep=deepep, allgather=allgather, tp_overlap=tpo, ep_overlap=epo),
-                    piped)
-             for fp8, (deepep, allgather), tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
+    every = [blocks(replace(ctx, fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), piped)
+             for fp8, d, tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
     return tuple(_fastest(versions) for versions in zip(*every))
 
 

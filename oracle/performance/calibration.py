@@ -1,6 +1,6 @@
-"""Calibration constants (calibration.yaml): a few fitted numbers per GPU family, one fitted across
-families (MoE overhead), and held values that are not fitted. The YAML keeps the two apart:
-`fitted:` (per-family values, the global MoE value, the GPUs with rows, what each group was fitted on)
+"""Calibration constants (calibration.yaml): a few fitted numbers per GPU family and held values that
+are not fitted. The YAML keeps the two apart: `fitted:` (per-family values, the GPUs with rows, what
+each group was fitted on)
 and `held:` (families that copy a fitted one, per-family constants no group fits, the shared priors),
 each held value with its source or reason. Written by calibration/fit.py."""
 
@@ -17,7 +17,6 @@ from ..specs import GPUSpec
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "layer_overhead_us")
-GLOBAL_FITTED = ("moe_overhead_us",)
 # Families the YAML does not list borrow the constants of a measured one of the same vendor.
 _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
 
@@ -33,8 +32,6 @@ class Constants:
     attn_eff: float  # fraction of the BF16 peak flash attention reaches
     tp_exposed: float  # fraction of TP/SP collective time not hidden behind GEMMs (without tp_comm_overlap)
     layer_overhead_us: float  # launches, syncs and small kernels per layer per forward (backward: 2x)
-    # fitted across families (on the MoE rows)
-    moe_overhead_us: float  # host syncs and small kernels per MoE layer per pass
     # held priors (not fitted; held.priors in calibration.yaml, each with its source or reason)
     gemm_model: str  # "auto": Origami where installed and it knows the GPU, else the roofline; "roofline"
     hbm_eff: float  # fraction of HBM bandwidth memory-bound kernels reach
@@ -42,7 +39,7 @@ class Constants:
     alpha_intra_us: float  # latency per collective step inside a node
     alpha_inter_us: float  # latency per collective step across nodes
     a2a_peer_us: float  # per-remote-peer cost of an NCCL all-to-all message across nodes
-    deepep_eff: float  # fraction of NIC bandwidth DeepEP's RDMA path reaches (NCCL a2a: link_eff)
+    host_sync_us: float  # one device-to-host sync of an MoE dispatcher (the launch queue drains and refills)
     gemm_latency_us: float  # fixed cost of one GEMM kernel
     gemm_k_overhead: float  # per-tile prologue/epilogue, in K steps (small-K GEMMs run below peak)
     grad_bucket_params: float  # parameters per gradient bucket (Megatron DDP default 40M)
@@ -75,7 +72,6 @@ def constants_for(family: str) -> Constants:
     data = _load()
     fam = families()[family]
     values: dict[str, Any] = {k: float(fam[k]) for k in FITTED}
-    values |= {k: float(data["fitted"]["global"][k]) for k in GLOBAL_FITTED}
     values |= {k: v if isinstance(v, str) else float(v) for k, v in data["held"]["priors"].items()}
     return Constants(**values)
 

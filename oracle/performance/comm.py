@@ -4,7 +4,8 @@ A group of `size` ranks `stride` apart (Megatron orders ranks tp-cp-ep-dp-pp, so
 stride TP, DP stride TP·CP, PP stride TP·CP·DP) shares a node while it fits in `gpus_per_node`;
 past that it spans nodes with `members per node` ranks on each. Collectives on a spanning group are
 costed as bandwidth-optimal hierarchical ones: the intra-node part over NVLink/xGMI, the rest over
-each GPU's NIC. Byte counts are the full (gathered) buffer; times are milliseconds.
+each GPU's NIC. Byte counts are the full (gathered) buffer; times are milliseconds. The MoE token
+exchange is `moe_layer.dispatch_combine`'s, at its backend's published rates (`ep_bandwidth.py`).
 """
 
 from __future__ import annotations
@@ -26,15 +27,13 @@ class Net:
     alpha_intra: float
     alpha_inter: float
     a2a_peer: float
-    deepep_intra: float
-    deepep_inter: float
 
     @classmethod
     def of(cls, gpu: GPUSpec, gpus_per_node: int, c: Constants) -> Net:
         intra, inter = gpu.intra_node_gb_s * 1e6, gpu.inter_node_gb_s * 1e6  # GB/s -> bytes/ms
         return cls(
             intra * c.link_eff, inter * c.link_eff, gpus_per_node, c.alpha_intra_us * 1e-3,
-            c.alpha_inter_us * 1e-3, c.a2a_peer_us * 1e-3, intra * c.deepep_eff, inter * c.deepep_eff,
+            c.alpha_inter_us * 1e-3, c.a2a_peer_us * 1e-3,
         )
 
     def span(self, size: int, stride: int) -> tuple[int, int]:
@@ -46,12 +45,17 @@ class Net:
 
     def reduce_scatter(self, nbytes: float, size: int, stride: int) -> float:
         """Reduce-scatter (or all-gather) of an `nbytes` buffer: intra-node ring, then inter-node ring."""
+        return self.ring(nbytes, size, stride, self.intra, self.inter)
+
+    def ring(self, nbytes: float, size: int, stride: int, intra: float, inter: float) -> float:
+        """A ring reduce-scatter / all-gather of `nbytes` at the given link rates (bytes per ms): each rank
+        sends (k-1)/k of the buffer inside its node, then 1/k of it (nodes-1)/nodes across nodes."""
         if size <= 1 or nbytes <= 0:
             return 0.0
         k, nodes = self.span(size, stride)
-        t = nbytes * (k - 1) / k / self.intra + (k - 1) * self.alpha_intra
+        t = nbytes * (k - 1) / k / intra + (k - 1) * self.alpha_intra
         if nodes > 1:
-            t += nbytes / k * (nodes - 1) / nodes / self.inter + (nodes - 1) * self.alpha_inter
+            t += nbytes / k * (nodes - 1) / nodes / inter + (nodes - 1) * self.alpha_inter
         return t
 
     all_gather = reduce_scatter
@@ -64,29 +68,3 @@ class Net:
         if inter_node:
             return self.alpha_inter + nbytes / self.inter
         return self.alpha_intra + nbytes / self.intra
-
-    def all_to_all(self, nbytes: float, size: int, stride: int) -> float:
-        """NCCL all-to-all: `nbytes` leave each rank evenly over the group; every remote peer is one
-        NIC message, so the cost grows with the number of peers on other nodes."""
-        if size <= 1 or nbytes <= 0:
-            return 0.0
-        k, nodes = self.span(size, stride)
-        t = nbytes * (k - 1) / size / self.intra + self.alpha_intra
-        if nodes > 1:
-            remote = size - k
-            t = max(t, nbytes * remote / size / self.inter + remote * self.a2a_peer + self.alpha_inter)
-        return t
-
-    def deepep(self, token_bytes: float, topk: float, size: int, stride: int) -> float:
-        """DeepEP dispatch (or combine) of `token_bytes` of tokens, each to `topk` experts spread over
-        the group: one RDMA copy per remote *node* a token touches (forwarded inside the node over
-        NVLink/xGMI), one message per remote node, near line-rate RDMA."""
-        if size <= 1 or token_bytes <= 0:
-            return 0.0
-        k, nodes = self.span(size, stride)
-        copies = token_bytes * topk
-        t = copies * (k - 1) / k / self.deepep_intra + self.alpha_intra
-        if nodes > 1:
-            remote_nodes = (nodes - 1) * (1.0 - (1.0 - 1.0 / nodes) ** topk)
-            t = max(t, token_bytes * remote_nodes / self.deepep_inter + (nodes - 1) * self.alpha_inter)
-        return t

@@ -28,6 +28,9 @@ ATTN_DROPOUT_BYTES = 2.0 * E_BYTES + 1.0  # read + write the scores and a 1-byte
 # Router scores in fp32 (megatron-core router.py casts the logits for softmax / top-k): the logits are
 # written, read by the softmax, written as probabilities and read by top-k: 4 passes of 4 B.
 ROUTER_PASSES = 4
+# Row indices of the unfused permutation (megatron-core moe_utils.py `permute`: masked_select of an int64
+# arange over the routing map, then index_select): 8 B each.
+TOKEN_INDEX_BYTES = 8
 
 # ---- embedding and loss ---------------------------------------------------------------------------------
 # The embedding backward reads the output gradient (2 B) and scatter-adds into the fp32 weight-gradient

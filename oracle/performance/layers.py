@@ -9,6 +9,7 @@ query, `flops.attended_keys`; per CP rank 1/CP of it; backward 2.5x forward) or,
 attention, the two batched GEMMs with the s² softmax/dropout traffic (a window is a mask there: the
 whole square is still computed).
 Norms, residuals, rotary, activation, routing, permutation, FP8 casts and the loss are HBM traffic.
+An MoE layer's routed experts are `moe_layer.py`'s terms.
 """
 
 from __future__ import annotations
@@ -23,14 +24,13 @@ from .constants import (
     E_BYTES,
     EMBEDDING_GRAD_BYTES,
     FA_BWD,
-    FP32_BYTES,
     LOSS_BYTES,
-    ROUTER_PASSES,
     SOFTMAX_BWD_BYTES,
     SOFTMAX_FWD_BYTES,
 )
 from .context import HALF, Ctx
 from .flops import attended_keys
+from .moe_layer import routed_experts
 from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
 
 
@@ -168,40 +168,26 @@ def _mlp(ctx: Ctx, w: Builder, ffn: int) -> None:
 
 
 def _experts(ctx: Ctx, w: Builder) -> None:
-    """Router, dispatch, grouped expert GEMMs at balanced load, combine.
-
-    Each rank routes its Tm (SP-sharded) tokens to top-k experts. Balanced, the EP group receives
-    Tm·k token copies per rank (k = `routed_mean`: fewer under a capacity factor below 1, which drops);
-    a rank holds E/EP experts, each split ETP ways, so it runs Tm·k·ETP
-    tokens through experts of width ffn/ETP: the same FLOPs as Tm·k tokens through whole experts.
-    """
-    a, Tm, dtype = ctx.shape, ctx.sp_tokens, ctx.linear_dtype()
+    """The routed experts (`moe_layer.routed_experts`: router, permutation, expert MLPs, dispatch and
+    combine, host syncs), tagged as the `moe` recompute module: recomputing it re-runs all of that."""
     start = w.forward_ms()
-    _linear(ctx, w, Tm, a.experts, a.h, HALF)  # router
-    route = Tm * a.experts * ROUTER_PASSES * FP32_BYTES  # fp32 softmax / top-k
-    permute = 2 * (Tm * a.h + Tm * a.routed_mean * a.h) * E_BYTES  # permute + unpermute
-    w.add(ELEM, (route + permute) / ctx.hbm, (route + permute) / ctx.hbm)
-    local = max(1, a.experts // ctx.ep)
-    rows = Tm * a.routed_mean * ctx.etp
-    _grouped(ctx, w, rows / local, a.gated * a.expert_ffn / ctx.etp, a.h, local, dtype)
-    _grouped(ctx, w, rows / local, a.h, a.expert_ffn / ctx.etp, local, dtype)
-    act_start = w.forward_ms()
-    _activation(ctx, w, rows, a.expert_ffn / ctx.etp)
-    w.tag("moe_act", w.forward_ms() - act_start)
-    if ctx.etp > 1:
-        t = 2 * ctx.net.reduce_scatter(rows * a.h * E_BYTES, ctx.etp, 1) * ctx.c.tp_exposed
-        w.add(TP, t, t)
-    if ctx.deepep:
-        one = ctx.net.deepep(Tm * a.h * E_BYTES, a.routed_mean, ctx.ep, ctx.etp)
-    elif ctx.allgather:  # every rank gathers all EP ranks' tokens, combine reduce-scatters them back
-        one = ctx.net.reduce_scatter(Tm * a.h * E_BYTES * ctx.ep, ctx.ep, ctx.etp)
-    else:
-        one = ctx.net.all_to_all(Tm * a.routed_mean * a.h * E_BYTES, ctx.ep, ctx.etp)
-    a2a = 2 * one  # dispatch + combine
-    w.add(EP, a2a, a2a)
-    sync = ctx.c.moe_overhead_us * 1e-3
-    w.add(OVH, sync, sync)
-    w.tag("moe", w.forward_ms() - start)  # recomputing the MoE layer re-runs routing and dispatch
+    routed_experts(ctx, w, _linear, _grouped, _activation)
+    w.tag("moe", w.forward_ms() - start)
+
+
+def _shared_experts(ctx: Ctx, w: Builder, gemm: tuple[float, float]) -> tuple[float, float]:
+    """The shared-expert MLP on all T tokens; with `moe_shared_expert_overlap` (all-to-all dispatcher)
+    it runs on its own stream beside the dispatch and combine (megatron-core shared_experts.py), which
+    then hide behind it (`_hidden_behind`). Returns the TP-region GEMM ms with its GEMMs added."""
+    start, before = w.forward_ms(), w.gemm()
+    _mlp(ctx, w, ctx.shape.shared_ffn)
+    shared_f = w.forward_ms() - start
+    w.tag("shared_experts", shared_f)
+    w.tag("moe", shared_f)
+    if ctx.shared_overlap:
+        w.f[EP] = _hidden_behind(w.f[EP], shared_f, ctx.c)
+        w.b[EP] = _hidden_behind(w.b[EP], 2 * shared_f, ctx.c)
+    return _plus_since(gemm, w.gemm(), before)
 
 
 def _overhead(ctx: Ctx, w: Builder) -> None:
@@ -256,11 +242,7 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     if moe:
         _experts(ctx, w)
         if ctx.shape.shared_ffn:
-            start, before = w.forward_ms(), w.gemm()
-            _mlp(ctx, w, ctx.shape.shared_ffn)
-            gemm = _plus_since(gemm, w.gemm(), before)
-            w.tag("shared_experts", w.forward_ms() - start)
-            w.tag("moe", w.forward_ms() - start)
+            gemm = _shared_experts(ctx, w, gemm)
         _tp_collectives(ctx, w, 1 + (1 if ctx.shape.shared_ffn else 0), gemm)
         if ctx.ep_overlap:
             _ep_overlap(ctx, w)

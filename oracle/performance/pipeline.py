@@ -21,6 +21,7 @@ from .calibration import Constants, constants
 from .comm import Net
 from .constants import ADAM_BYTES_PER_PARAM, BF16_BYTES, E_BYTES
 from .context import Ctx
+from .ep_bandwidth import dispatch_backend
 from .layers import embedding, mtp_module, output_head, transformer_layer
 from .schedule import rank_end_times, rank_of, virtual_stages
 from .work import ATTN, ELEM, GEMM, OVH, RECOMPUTE_MODULES, Work
@@ -83,8 +84,9 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
         shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
         ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
-        deepep=cfg.use_turbo_deepep or cfg.moe_token_dispatcher_type == "flex",
-        allgather=cfg.moe_token_dispatcher_type == "allgather" and not cfg.use_turbo_deepep,
+        dispatch=dispatch_backend(cfg), grouped_gemm=cfg.moe_grouped_gemm, permute_fusion=cfg.moe_permute_fusion,
+        shared_overlap=cfg.moe_shared_expert_overlap and cfg.moe_token_dispatcher_type == "alltoall",
+        sync_free=cfg.sync_free_stage > 0,
         tp_overlap=cfg.tp_comm_overlap and cfg.tp > 1, ep_overlap=cfg.overlap_moe_expert_parallel_comm and cfg.ep > 1,
         fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg),
         gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node, c=c,

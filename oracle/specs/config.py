@@ -67,6 +67,7 @@ KNOB_TO_ARG: dict[str, str] = {
     "optimizer_cpu_offload": "optimizer_cpu_offload",
     "moe_token_dispatcher_type": "moe_token_dispatcher_type",
     "moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
+    "moe_grouped_gemm": "moe_grouped_gemm",
     "tp_comm_overlap": "tp_comm_overlap",
     "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
     "cuda_graph_impl": "cuda_graph_impl",
@@ -117,6 +118,7 @@ class TrialConfig(BaseModel):
     optimizer_cpu_offload: bool | None = None
     moe_token_dispatcher_type: Dispatcher | None = None
     moe_flex_dispatcher_backend: FlexBackend | None = None
+    moe_grouped_gemm: bool | None = None
     tp_comm_overlap: bool | None = None
     overlap_moe_expert_parallel_comm: bool | None = None
     cuda_graph_impl: CudaGraphImpl | None = None
@@ -174,6 +176,7 @@ class EffectiveConfig(BaseModel):
     optimizer_cpu_offload: bool
     moe_token_dispatcher_type: Dispatcher
     moe_flex_dispatcher_backend: FlexBackend
+    moe_grouped_gemm: bool
     tp_comm_overlap: bool
     overlap_moe_expert_parallel_comm: bool
     cuda_graph_impl: CudaGraphImpl
@@ -189,7 +192,9 @@ class EffectiveConfig(BaseModel):
     exp_avg_sq_dtype: StateDtype
     optimizer_offload_fraction: float
     data_parallel_sharding_strategy: ShardingStrategy
-    moe_grouped_gemm: bool
+    moe_permute_fusion: bool
+    fp8_recipe: str
+    moe_shared_expert_overlap: bool
     cuda_graph_scope: tuple[str, ...] | None
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> EffectiveConfig:

@@ -18,6 +18,8 @@ from .normalize import none_like, parse_modules
 RecomputeGranularity = Literal["selective", "full"]
 RecomputeMethod = Literal["uniform", "block"]
 Fp8Recipe = Literal["hybrid", "e4m3"]
+# Megatron's --fp8-recipe (megatron-core 0.16.1 enums.py Fp8Recipe; default delayed).
+Fp8Scaling = Literal["delayed", "tensorwise", "mxfp8", "blockwise", "custom"]
 PipelineSchedule = Literal["1f1b", "interleaved", "zb", "zbv"]
 # Megatron's `recompute_modules` choices (megatron-core 0.16.1 transformer_config.py).
 RecomputeModule = Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts"]
@@ -51,6 +53,7 @@ class TrainingArgs(BaseModel):
     recompute_method: RecomputeMethod | None = None
     recompute_num_layers: NonNegativeInt | None = None
     fp8: Fp8Recipe | None = None
+    fp8_recipe: Fp8Scaling = "delayed"
     bf16: bool = True
     fp16: bool = False
     use_distributed_optimizer: bool = False
@@ -86,6 +89,8 @@ class TrainingArgs(BaseModel):
     moe_token_dispatcher_type: Dispatcher = "allgather"
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
     moe_grouped_gemm: bool = False
+    moe_permute_fusion: bool = False
+    moe_shared_expert_overlap: bool = False
     # NVIDIA-side overlaps and CUDA graphs (Megatron-LM arguments.py defaults: all off)
     tp_comm_overlap: bool = False
     overlap_moe_expert_parallel_comm: bool = False

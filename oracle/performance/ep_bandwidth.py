@@ -1,0 +1,105 @@
+"""Achieved bandwidth of each MoE token-dispatch backend, as the kernels' authors publish it.
+
+Each backend moves tokens inside the scale-up domain (NVLink / NVL72 / xGMI) and across it (the GPU's
+RDMA NIC). The achieved rate is a published figure divided by the line rate of the link it was
+measured on, applied to the catalog GPU's line rate (`intra_node_gb_s`, `inter_node_gb_s`), so each
+entry below is one published measurement and its derivation. Byte counts are the backend's own
+(`oracle.performance.moe_layer`): NCCL all-to-all moves one copy per selected expert, DeepEP and
+HybridEP one copy per distinct destination rank (and one per distinct remote node over RDMA).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..specs import EffectiveConfig, GPUSpec
+
+# Dispatch backends (the decoded dispatcher knobs: megatron-core moe_token_dispatcher_type, its flex
+# backend, Primus-Turbo's DeepEP).
+ALLGATHER, ALLTOALL, DEEPEP, HYBRIDEP, TURBO_DEEPEP = "allgather", "alltoall", "deepep", "hybridep", "turbo_deepep"
+DISPATCH_BACKENDS = (ALLGATHER, ALLTOALL, DEEPEP, HYBRIDEP, TURBO_DEEPEP)
+DEDUP_BACKENDS = frozenset({DEEPEP, HYBRIDEP, TURBO_DEEPEP})  # one copy per destination rank, not per expert
+
+
+def backend_of(dispatcher: str, flex_backend: str, turbo_deepep: bool) -> str:
+    """The backend that moves tokens for these dispatcher knobs: Primus-Turbo's DeepEP, the flex
+    dispatcher's backend, or the all-to-all / allgather dispatcher."""
+    if turbo_deepep:
+        return TURBO_DEEPEP
+    return flex_backend if dispatcher == "flex" else dispatcher
+
+
+def dispatch_backend(cfg: EffectiveConfig) -> str:
+    """A layout's dispatch backend (`backend_of` its knobs)."""
+    return backend_of(cfg.moe_token_dispatcher_type, cfg.moe_flex_dispatcher_backend, cfg.use_turbo_deepep)
+
+
+@dataclass(frozen=True)
+class LinkShare:
+    """Fraction of a link's one-direction line rate a backend achieves, with its derivation."""
+
+    intra: float  # scale-up domain (NVLink, NVL72, xGMI)
+    inter: float  # RDMA NIC across domains
+    source: str
+
+
+# NCCL / RCCL all-to-all and all-gather (megatron-core alltoall and allgather dispatchers).
+NCCL_NVIDIA = LinkShare(
+    intra=370.0 / 450.0, inter=24.0 / 25.0,
+    source="NCCL maintainer, nccl-tests issue #212: 370 GB/s busBw of H100's 450 GB/s NVLink line rate; "
+           "NVIDIA/nccl issue #412: ~24 GB/s of a 25 GB/s HDR NIC")
+RCCL_AMD = LinkShare(
+    intra=48.0 / 64.0, inter=24.0 / 25.0,
+    source="AMD ROCm blog 'Understanding RCCL Bandwidth and xGMI Performance on MI300X' (2025-03-02): "
+           "~48 GB/s usable of each 64 GB/s xGMI link; NIC share as NCCL's")
+# DeepEP V1 normal kernels (deepseek-ai/DeepEP docs/legacy.md): intranode EP8 on H800 153 GB/s dispatch,
+# 158 GB/s combine of its ~160 GB/s NVLink; internode EP16/32/64 RDMA 43/58/51 (dispatch), 43/57/50
+# (combine) GB/s of a 50 GB/s CX7 400G NIC, mean 50.3 GB/s.
+DEEPEP_V1 = LinkShare(
+    intra=155.5 / 160.0, inter=50.3 / 50.0,
+    source="DeepEP docs/legacy.md (H800, CX7 400G): intranode 153/158 GB/s of 160; internode mean 50.3 GB/s of 50")
+# DeepEP's intranode rate is bounded by the SMs it runs on: B200, 16 SMs, Torch API, BF16 dispatch 348 GB/s
+# and combine 302 GB/s (DeepEP/hybrid-ep docs/README_Hybrid-EP.md comparison table): 20.3 GB/s per SM.
+DEEPEP_GB_S_PER_SM = (348.0 + 302.0) / 2 / 16
+DEEPEP_SMS = 20  # megatron-core fused_a2a.py set_deepep_num_sms default
+# HybridEP (DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md, Torch API, BF16 dispatch / combine):
+# B200 8 ranks 16 SMs 535.94 / 530.86 GB/s of 900; H100 internode (8 SMs) 16 ranks 57.74 / 56.96,
+# 32 ranks 46.54 / 50.68, 64 ranks 41.46 / 47.68 GB/s of a 50 GB/s NIC ("logical" rates that include
+# the local share, hence above 1 at 16 ranks).
+HYBRIDEP_INTRA = 533.4 / 900.0
+HYBRIDEP_INTER_BY_RANKS = ((16, 57.35 / 50.0), (32, 48.61 / 50.0), (64, 44.57 / 50.0))
+# HybridEP across a GB200 NVL72 domain (same table, MNNVL, 32 SMs): 8 ranks 550.10 / 568.94, 16 ranks
+# 523.48 / 521.55, 32 ranks 484.22 / 464.54, 36 ranks 479.02 / 447.89 GB/s of 900.
+HYBRIDEP_NVL72_BY_RANKS = ((8, 559.5 / 900.0), (16, 522.5 / 900.0), (32, 474.4 / 900.0), (36, 463.5 / 900.0))
+# Primus-Turbo DeepEP (ROCm): no bandwidth table is published; its Mega-MoE README (AMD-AGI/Primus-Turbo
+# docs/README_Mega_MoE.md) times the DeepSeek-V3 dispatch on MI355X EP8 (8192 tokens, H 7168, top-8, BF16)
+# at 2.23 ms: one copy per distinct destination rank (5.25 of 8) is 277 GB/s of 537.6 (derived). RDMA: no
+# figure, DeepEP's NVIDIA share is borrowed.
+TURBO_DEEPEP_SHARE = LinkShare(
+    intra=277.0 / 537.6, inter=DEEPEP_V1.inter,
+    source="Primus-Turbo docs/README_Mega_MoE.md (MI355X EP8 dispatch 2.23 ms -> 277 GB/s, derived); "
+           "RDMA share borrowed from DeepEP (no ROCm figure published)")
+
+
+def _by_ranks(table: tuple[tuple[int, float], ...], ranks: int) -> float:
+    """The entry of the largest published rank count not above `ranks` (the first below the table)."""
+    value = table[0][1]
+    for n, share in table:
+        if ranks >= n:
+            value = share
+    return value
+
+
+def link_rates(backend: str, gpu: GPUSpec, ranks: int, domain: int) -> tuple[float, float]:
+    """(scale-up, RDMA) achieved GB/s of one rank's dispatch traffic for `backend` on `gpu`, in an EP group
+    of `ranks` whose scale-up domain holds `domain` GPUs."""
+    line_intra, line_inter = gpu.intra_node_gb_s, gpu.inter_node_gb_s
+    if backend in (ALLGATHER, ALLTOALL):
+        share = RCCL_AMD if gpu.vendor == "amd" else NCCL_NVIDIA
+        return line_intra * share.intra, line_inter * share.inter
+    if backend == TURBO_DEEPEP:
+        return line_intra * TURBO_DEEPEP_SHARE.intra, line_inter * TURBO_DEEPEP_SHARE.inter
+    if backend == HYBRIDEP:
+        intra = (_by_ranks(HYBRIDEP_NVL72_BY_RANKS, min(ranks, domain)) if domain > 8 else HYBRIDEP_INTRA)
+        return line_intra * intra, line_inter * _by_ranks(HYBRIDEP_INTER_BY_RANKS, ranks)
+    return (min(line_intra * DEEPEP_V1.intra, DEEPEP_SMS * DEEPEP_GB_S_PER_SM), line_inter * DEEPEP_V1.inter)

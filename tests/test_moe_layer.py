@@ -1,0 +1,121 @@
+"""One DeepSeek-V3 MoE layer's routed-expert terms on an H100, derived by hand from megatron-core's
+MoE forward (router -> permute -> all-to-all -> grouped expert MLPs -> all-to-all -> unpermute,
+moe-physics.md §1.3) and the published link rates, like the dense layer test derives its terms.
+
+Layout: one node of 8 H100s, TP 1, CP 1, EP 8, MBS 1, seq 4096, BF16, the all-to-all dispatcher with
+TE's fused permutation and grouped GEMM. DeepSeek-V3: H 7168, 256 routed experts (32 per rank), top-8,
+expert FFN 2048 (SwiGLU), one shared expert of 2048."""
+
+from __future__ import annotations
+
+from math import log, sqrt
+
+import pytest
+
+from paratune.oracle.catalog import gpu, model_card
+from paratune.oracle.layout import layout_facts
+from paratune.oracle.model_shape import model_shape
+from paratune.oracle.performance.calibration import constants
+from paratune.oracle.performance.layers import transformer_layer
+from paratune.oracle.performance.moe_layer import dispatch_combine, host_syncs, load_imbalance, routed_rows
+from paratune.oracle.performance.pipeline import block_weights, layer_context
+from paratune.oracle.performance.work import EP, GEMM, OVH
+from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, Workload
+
+H100 = gpu("h100-sxm")
+C = constants(H100)
+H, E, K, F, EP_SIZE = 7168, 256, 8, 2048, 8
+
+
+def _ctx(mbs: int = 1, **training):
+    model = ModelArch(**model_card("deepseek-v3"))
+    args = dict(seq_length=4096, global_batch_size=64, micro_batch_size=mbs, expert_model_parallel_size=EP_SIZE,
+                moe_token_dispatcher_type="alltoall", moe_grouped_gemm=True, moe_permute_fusion=True,
+                use_distributed_optimizer=True) | training
+    workload = Workload(name="dsv3", model=model, training=TrainingArgs(**args))
+    cluster = ClusterSpec(name="h100", num_nodes=1, gpus_per_node=8, gpu=H100, hbm_capacity_gb=80)
+    cfg = workload.effective()
+    facts = layout_facts(model, cfg, cluster.world_size)
+    shape = model_shape(model)
+    return layer_context(shape, cfg, cluster, C, facts), shape, cfg
+
+
+def test_the_model_card_is_the_layer_the_derivation_assumes():
+    _, a, _ = _ctx()
+    assert (a.h, a.experts, a.topk, a.expert_ffn, a.shared_ffn, a.gated) == (H, E, K, F, F, 2)
+
+
+def test_load_imbalance_and_routed_rows_by_hand():
+    """Force-balanced routing: a rank receives Binomial(EP·T·k, 1/EP) rows; the expected maximum over 8
+    ranks is the mean plus sqrt(2 ln 8) standard deviations (RandomSTE, normal approximation)."""
+    ctx, _, _ = _ctx()
+    t = 4096
+    rho = 1 + sqrt(2 * log(8)) * sqrt(7 / (8 * t * K))
+    assert load_imbalance(ctx) == pytest.approx(rho, rel=1e-12)
+    assert routed_rows(ctx) == pytest.approx(t * K * rho, rel=1e-12)
+    assert 1.005 < rho < 1.02  # near-perfect balance at the rank level with 32k assignments per rank
+
+
+def test_all_to_all_dispatch_by_hand():
+    """Each rank sends R rows of a BF16 H-vector plus a 4-byte fp32 prob; 7/8 of them leave the GPU over
+    NVLink at NCCL's 370 GB/s busBw (nccl-tests #212); two step latencies (tokens, then probs)."""
+    ctx, _, _ = _ctx()
+    rows = 4096 * K * load_imbalance(ctx)
+    nbytes = rows * (2 * H + 4) * 7 / 8
+    expected = nbytes / (370e9 / 1e3) + 2 * C.alpha_intra_us * 1e-3
+    assert dispatch_combine(ctx) == pytest.approx(expected, rel=1e-9)
+
+
+def test_deepep_sends_one_copy_per_destination_rank():
+    """DeepEP dedups: a token reaches P(8 experts of 256 touch a rank's 32) = 1 - C(224,8)/C(256,8) of each
+    of the 7 other ranks, ~5.3 of 8 ranks counting itself (moe-physics.md §1.4), at DeepEP's rate: its
+    20 SMs at 20.3 GB/s each (B200 table) below 97 % of the 450 GB/s line."""
+    ctx, _, _ = _ctx(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+    p_rank = 1.0
+    for i in range(K):
+        p_rank *= (E - 32 - i) / (E - i)
+    p_rank = 1 - p_rank
+    assert 8 * p_rank == pytest.approx(5.29, abs=0.02)  # the research note's D_rank for E=256, P=8 (self included)
+    nbytes = 4096 * 2 * H * 7 * p_rank * load_imbalance(ctx)
+    rate = min(450 * 155.5 / 160, 20 * (348 + 302) / 2 / 16) * 1e9 / 1e3
+    assert dispatch_combine(ctx) == pytest.approx(nbytes / rate + C.alpha_intra_us * 1e-3, rel=1e-9)
+
+
+def test_layer_charges_the_exchange_four_times_and_one_host_sync():
+    """Dispatch + combine forward, their mirrors backward; one D2H sync per forward (no fitted overhead)."""
+    ctx, a, cfg = _ctx()
+    layer = transformer_layer(ctx, True, block_weights(a, 1, 1, EP_SIZE, False, 4096)[1])
+    assert layer.f[EP] == pytest.approx(2 * dispatch_combine(ctx))
+    assert layer.b[EP] == pytest.approx(2 * dispatch_combine(ctx))
+    assert host_syncs(ctx) == pytest.approx(C.host_sync_us * 1e-3)
+    dense = transformer_layer(ctx, False, block_weights(a, 1, 1, EP_SIZE, False, 4096)[0])
+    assert layer.f[OVH] - dense.f[OVH] == pytest.approx(host_syncs(ctx))
+
+
+def test_sequential_expert_gemms_are_slower_than_grouped_for_many_experts():
+    """SequentialMLP runs 32 local experts one GEMM at a time, each with its own wave tail and launch."""
+    grouped, a, _ = _ctx()
+    sequential, _, _ = _ctx(moe_grouped_gemm=False)
+    params = block_weights(a, 1, 1, EP_SIZE, False, 4096)[1]
+    assert transformer_layer(sequential, True, params).f[GEMM] > 1.1 * transformer_layer(grouped, True, params).f[GEMM]
+
+
+@pytest.mark.parametrize("dispatcher", [{"moe_token_dispatcher_type": "alltoall"},
+                                        {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}])
+def test_moe_cost_per_token_does_not_fall_with_mbs_except_gemm_efficiency(dispatcher):
+    """Per token, every term of the MoE layer but the GEMMs is bytes over a rate: from MBS 1 to 16 only the
+    fixed latencies (step latency, the host sync) and the imbalance (ρ falls with more tokens) amortise,
+    a few per cent, not the 38 % a per-micro-batch overhead constant took off."""
+    per_token = {}
+    for mbs in (1, 16):
+        ctx, a, _ = _ctx(mbs, global_batch_size=64, **dispatcher)
+        weights = block_weights(a, 1, 1, EP_SIZE, False, 4096)
+        moe, dense = transformer_layer(ctx, True, weights[1]), transformer_layer(ctx, False, weights[0])
+        # the MoE part: the MoE layer less a dense layer of the same attention (whose per-layer launch
+        # overhead, a family constant of every layer, is not the MoE's)
+        total = sum(moe.f) + sum(moe.b) + sum(moe.w) - sum(dense.f) - sum(dense.b) - sum(dense.w)
+        gemm = moe.f[GEMM] + moe.b[GEMM] + moe.w[GEMM] - dense.f[GEMM] - dense.b[GEMM] - dense.w[GEMM]
+        per_token[mbs] = ((total - gemm) / (4096 * mbs), total / (4096 * mbs))
+    non_gemm_drop = 1 - per_token[16][0] / per_token[1][0]
+    assert 0 <= non_gemm_drop < 0.05
+    assert per_token[16][1] <= per_token[1][1]
