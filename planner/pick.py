@@ -2,8 +2,9 @@
 
 The projection's stated error (`oracle/performance/uncertainty.py`: the accuracy report's MAPE on the
 family's published runs) means layouts within that error of the best cannot be told apart by the
-oracle. Among them the robust pick takes the one with the most memory headroom (an OOM costs more than
-a few percent); within 1 GiB of that headroom, the one with fewer stack-specific knobs (whose effect
+oracle. Among them, never below the user's own layout (the seed plan's baseline) when it fits, the
+robust pick takes the one with the most memory headroom (an OOM costs more than a few percent);
+within 1 GiB of that headroom, the one with fewer stack-specific knobs (whose effect
 rests on a prior, not on calibration rows), then the faster one. A run with measurements picks on its
 calibrated projections (`planner/measurements.py`).
 """
@@ -74,7 +75,9 @@ def pick(trials: list[TrialRecord], error: float, rule: PickRule = "robust") -> 
                 f"other layout(s)" if within else "the highest projected tokens/s/GPU, clear of the others by more "
                 f"than the oracle's error (±{100 * error:.1f}%)")
         return Pick(rule=rule, trial_id=best.id, argmax_trial_id=best.id, error=error, within_error=within, note=note)
-    pool = [best, *near]
+    # never below the user's own layout when it fits (DESIGN §5): a wide error must not trade its speed away
+    own = [t for t in ok if t.origin.endswith("baseline")]
+    pool = [t for t in (best, *near) if not own or _tps(t) >= max(_tps(x) for x in own)]
     room = max(_headroom(t) for t in pool)
     chosen = max((t for t in pool if _headroom(t) >= room - HEADROOM_TIE_GB),
                  key=lambda t: (-exotic_knobs(t.config), _tps(t), -t.id))
