@@ -137,10 +137,10 @@ def test_model_state_bytes_follow_the_dtypes():
 
 
 def test_real_arguments_are_accepted_and_reported_and_typos_are_not(tmp_path):
-    w, _ = workload(tmp_path, "extends: llama3-8b\nmoe_permute_fusion: true\nrecompute_granularity: selective\n"
+    w, _ = workload(tmp_path, "extends: llama3-8b\nmoe_router_fusion: true\nrecompute_granularity: selective\n"
                     "recompute_modules: [mlp]\nnum_layers_per_virtual_pipeline_stage: 4\n"
                     "pipeline_model_parallel_size: 2\n")
-    assert w.not_modelled == ("moe_permute_fusion",)
+    assert w.not_modelled == ("moe_router_fusion",)
     assert w.training.virtual_pipeline_model_parallel_size == 4  # 32 layers / PP 2 / 4 per chunk
     assert w.training.recompute_modules == ("mlp",)
     with pytest.raises(InputError, match="did you mean 'recompute_modules'"):
