@@ -6,7 +6,7 @@ once per pass (fused_a2a.py: dispatch's backward is a combine and the reverse). 
 on this rank (SP-sharded: MBS·seq/(CP·TP)), k routed copies per token (`routed_mean`: top-k, fewer when a
 capacity factor below 1 drops), H hidden, E experts, E/EP of them local, each split ETP ways, R = T·k·ETP·ρ
 routed rows on the most loaded rank (ρ: `load_imbalance`). Derivations and the published figures:
-`../shared/research/moe-physics.md` §1-§4; achieved link rates: `ep_bandwidth.py`. Not modelled: a real
+megatron-core token_dispatcher.py, moe_utils.py, experts.py, fused_a2a.py; achieved link rates: `ep_bandwidth.py`. Not modelled: a real
 (not force-balanced) router's skew, FP8 on the wire (megatron-core's fused DeepEP path sends BF16),
 DeepEP's SM budget taken from the GEMMs, HybridEP's fused permute.
 """
@@ -89,7 +89,7 @@ def expert_mlps(ctx: Ctx, w: Builder, rows: float, grouped, activation) -> None:
 
 def _distinct(experts: int, topk: float, share: float) -> float:
     """Probability that a token's top-k (uniform over `experts`) touches a given set holding `share` of
-    them: 1 - C(E - share·E, k) / C(E, k) (moe-physics.md §1.4, derived)."""
+    them: 1 - C(E - share·E, k) / C(E, k) (derived from uniform top-k routing)."""
     k = max(1, round(topk))
     outside = experts - share * experts
     if outside < k:
