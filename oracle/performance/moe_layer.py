@@ -6,7 +6,7 @@ once per pass (fused_a2a.py: dispatch's backward is a combine and the reverse). 
 on this rank (SP-sharded: MBS·seq/(CP·TP)), k routed copies per token (`routed_mean`: top-k, fewer when a
 capacity factor below 1 drops), H hidden, E experts, E/EP of them local, each split ETP ways, R = T·k·ETP·ρ
 routed rows on the most loaded rank (ρ: `load_imbalance`). Sources: megatron-core
-token_dispatcher.py, moe_utils.py, experts.py, fused_a2a.py; achieved link rates: `ep_bandwidth.py`. Not modelled: a real
+token_dispatcher.py, moe_utils.py, experts.py, fused_a2a.py; link rates: `ep_bandwidth.py`. Not modelled: a real
 (not force-balanced) router's skew, FP8 on the wire (megatron-core's fused DeepEP path sends BF16),
 DeepEP's SM budget taken from the GEMMs, HybridEP's fused permute.
 """
