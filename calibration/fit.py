@@ -32,17 +32,17 @@ from .rows import Row, load_rows, order_pairs, project, project_at
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
 # see keeps its current value
 GROUPS = {
-    "ampere": (("ampere",), ("gemm_eff", "tp_exposed", "layer_overhead_us"), {}),
-    "hopper": (("hopper",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "layer_overhead_us"), {}),
+    "ampere": (("ampere",), ("gemm_eff", "tp_exposed", "launch_us"), {}),
+    "hopper": (("hopper",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "launch_us"), {}),
     "amd-roofline": (("cdna3", "cdna4"), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {"gemm_model": "roofline"}),
     "amd-origami": (("cdna3", "cdna4"), ("origami_eff",), {}),
-    "blackwell": (("blackwell",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "layer_overhead_us"), {}),
+    "blackwell": (("blackwell",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "launch_us"), {}),
 }
 ROUNDS = 2  # each round re-chooses every row's tuned layout under the constants fitted so far
 COPIES: dict[str, str] = {}  # families without rows (held.copied in calibration.yaml): none now
 BOUNDS = {
     "gemm_eff": (0.4, 0.95), "fp8_gemm_eff": (0.3, 0.95), "attn_eff": (0.2, 0.9),
-    "tp_exposed": (0.0, 1.0), "layer_overhead_us": (0.0, 300.0), "origami_eff": (0.4, 1.2),
+    "tp_exposed": (0.0, 1.0), "launch_us": (1.0, 200.0), "origami_eff": (0.4, 1.2),
 }
 ORDER_WEIGHT = 4.0
 ORDER_MARGIN = 0.02  # projected log-ratio a correctly ordered pair should keep
@@ -192,7 +192,7 @@ HELD_NOTES = {  # per-family constant -> why no group fits it there
     "origami_eff": "never read: Origami serves AMD GPUs only",
     "attn_eff": "not in this family's group: kept at its starting value",
     "tp_exposed": "not in this family's groups (four rows): kept at its starting value",
-    "layer_overhead_us": "not in this family's groups (four rows): kept at its starting value",
+    "launch_us": "not in this family's groups (four rows): kept at its starting value",
 }
 
 

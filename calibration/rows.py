@@ -156,8 +156,9 @@ def _stated(row: Row, model: ModelArch) -> dict[str, Any]:
         args["virtual_pipeline_model_parallel_size"] = row.vpp if row.vpp > 1 else None
     if row.recompute:
         args["recompute_granularity"] = None if row.recompute == "none" else row.recompute
-        if row.recompute == "full":
-            args |= {"recompute_method": "uniform", "recompute_num_layers": 1}
+        if row.recompute == "full":  # the recipe's method and layer count where it states them
+            args.setdefault("recompute_method", "uniform")
+            args.setdefault("recompute_num_layers", 1)
     return args
 
 

@@ -55,10 +55,14 @@ import torch.distributed as dist
 with warnings.catch_warnings():  # "Transformer Engine and Apex are not installed" on CPU
     warnings.simplefilter("ignore")
     from megatron.core import parallel_state
+    from megatron.core.process_groups_config import ProcessGroupCollection
     from megatron.core.transformer.enums import LayerType
+    from megatron.core.transformer.moe.token_dispatcher import MoEFlexTokenDispatcher
     from megatron.core.transformer.multi_token_prediction import get_mtp_num_layers_to_build
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
     from megatron.core.transformer.transformer_config import TransformerConfig
+
+from paratune.oracle.specs import EffectiveConfig, ModelArch
 
 MEGATRON_CORE_VERSION = "0.16.1"
 StageTuple = tuple[int, bool, bool, int]  # (decoders, has_embedding, has_loss, mtp_layers)
@@ -196,3 +200,80 @@ def megatron_grid_ok(world: int, tp: int, pp: int, cp: int, ep: int, etp: int) -
     if min(world, tp, pp, cp, ep, etp) <= 0:
         return False
     return initialize_refusal(world, tp=tp, pp=pp, cp=cp, ep=ep, etp=etp) is None
+
+
+# The Transformer Engine release NVIDIA's MoE recipes build (Megatron-LM examples/moe_recipes/*/*.yaml
+# Dockerfile: TE_TAG=release_v2.14); megatron-core asks for TE's version in its MoE/FP8 checks.
+RECIPE_TE_VERSION = "2.14.0"
+
+
+@contextlib.contextmanager
+def _te_release(version: str):
+    """Answer megatron-core's `get_te_version()` with `version` (a CPU machine has no Transformer Engine:
+    an installation fact, not a layout rule), restoring its cache after."""
+    from megatron.core import utils
+    from packaging.version import Version
+
+    saved = utils._te_version
+    utils._te_version = Version(version)
+    try:
+        yield
+    finally:
+        utils._te_version = saved
+
+
+def moe_refusal(model: ModelArch, cfg: EffectiveConfig, world: int) -> str | None:
+    """Whether megatron-core accepts an MoE layout: its own `TransformerConfig.__post_init__` on the
+    model and layout's MoE, recompute, FP8, CUDA-graph and pipeline arguments, then, on a fake world of
+    `world` ranks, `initialize_model_parallel` and (flex dispatcher) `MoEFlexTokenDispatcher.__init__`,
+    which asserts TP x EP > 1 (token_dispatcher.py). None when accepted, else megatron-core's reason.
+    Transformer Engine's version is answered with the recipes' release (`_te_release`);
+    `moe_permute_fusion` is passed off: its check imports TE's fused kernels, which a CPU machine lacks
+    (an installation, not a layout rule); past the TP x EP assert, the dispatcher's ImportError of the
+    DeepEP / HybridEP package is the same kind of absence and counts as accepted."""
+    kwargs = dict(
+        num_layers=model.num_layers, hidden_size=model.hidden_size, num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.num_query_groups, kv_channels=model.kv_channels, ffn_hidden_size=model.ffn_hidden_size,
+        num_moe_experts=model.num_experts, moe_router_topk=model.moe_router_topk,
+        moe_ffn_hidden_size=model.moe_ffn_hidden_size, mtp_num_layers=model.mtp_num_layers or None,
+        tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
+        virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None, context_parallel_size=cfg.cp,
+        expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp, sequence_parallel=cfg.sequence_parallel,
+        pipeline_dtype=torch.bfloat16 if cfg.pp > 1 else None, bf16=True, params_dtype=torch.bfloat16,
+        pipeline_model_parallel_layout=cfg.pp_layout, num_layers_in_first_pipeline_stage=cfg.pp_first_layers,
+        num_layers_in_last_pipeline_stage=cfg.pp_last_layers,
+        account_for_embedding_in_pipeline_split=cfg.pp_embedding_in_split,
+        account_for_loss_in_pipeline_split=cfg.pp_loss_in_split,
+        moe_token_dispatcher_type=cfg.moe_token_dispatcher_type,
+        moe_flex_dispatcher_backend=cfg.moe_flex_dispatcher_backend,
+        moe_grouped_gemm=cfg.moe_grouped_gemm, moe_permute_fusion=False,
+        moe_shared_expert_overlap=cfg.moe_shared_expert_overlap,
+        overlap_moe_expert_parallel_comm=cfg.overlap_moe_expert_parallel_comm,
+        recompute_granularity=cfg.recompute_granularity, recompute_method=cfg.recompute_method,
+        recompute_num_layers=cfg.recompute_num_layers, recompute_modules=list(cfg.recompute_modules or ()) or None,
+        fp8=cfg.fp8, fp8_recipe=cfg.fp8_recipe if cfg.fp8 else "delayed", fp8_param=cfg.fp8_param_gather,
+        cuda_graph_impl=cfg.cuda_graph_impl, cuda_graph_scope=list(cfg.cuda_graph_scope or ()),
+    )
+    with warnings.catch_warnings(), _te_release(RECIPE_TE_VERSION):
+        warnings.simplefilter("ignore")
+        try:
+            stated = {k: v for k, v in kwargs.items() if v is not None or k.startswith("recompute")}
+            config = TransformerConfig(**stated)
+        except _REFUSALS as exc:
+            return "config: " + _reason(exc)
+        if cfg.moe_token_dispatcher_type != "flex":
+            return None
+        with _fake_world(world):
+            parallel_state.initialize_model_parallel(
+                tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp, context_parallel_size=cfg.cp,
+                expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp,
+                create_gloo_process_groups=False)
+            local = model.num_experts // cfg.ep
+            try:
+                MoEFlexTokenDispatcher(local, list(range(local)), config,
+                                       pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+            except ImportError:
+                return None  # the kernel package, after every layout check
+            except (AssertionError, ValueError) as exc:
+                return "dispatcher: " + _reason(exc)
+    return None

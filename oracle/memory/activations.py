@@ -23,8 +23,10 @@ The code below derives the same terms from the architecture, so the 34 becomes:
   - MLA stores the compressed latents (q_lora, kv_lora) at norm and up-projection input, and per-head
     Q/K of qk_head_dim + qk_pos_emb_head_dim and V of v_head_dim;
   - an MoE layer stores the router input and fp32 scores, the routed tokens (topk x capacity factor
-    per token, gathered over ETP) at expert fc1 input, activation input and fc2 input, the expert
-    outputs kept by the probability-weighted unpermute, and the shared-expert MLP.
+    per token, gathered over ETP) at expert fc1 input, activation input and fc2 input, the fp32
+    routing probabilities the weighted activation keeps (megatron-core 0.16.1 experts.py applies the
+    probs in the activation, `weighted_bias_swiglu_impl`, and unpermutes without them, so the expert
+    outputs are not kept), and the shared-expert MLP.
 For GPT-3-style models this reproduces 34 (plus 16 bytes of LayerNorm statistics) exactly.
 """
 
@@ -39,6 +41,7 @@ from .constants import (
     FLASH_LSE_BYTES,
     FP8_INPUT_BYTES,
     LAYERNORM_STAT_BYTES,
+    PROB_BYTES,
     RMSNORM_STAT_BYTES,
     ROUTER_SCORE_BYTES,
     TOKEN_ID_BYTES,
@@ -77,7 +80,7 @@ def layer_acts(
     # Bytes of a saved GEMM input: under FP8, TE quantises the input of every FP8 GEMM and keeps only
     # that FP8 copy (column-wise usage, for the weight gradient): 1 B instead of 2 B. Tensors another
     # op also needs in high precision (flash-attention output, router input, activation-function
-    # input, unpermute's expert outputs) stay 2 B; norm inputs stay 2 B.
+    # input) stay 2 B; norm inputs stay 2 B.
     li = FP8_INPUT_BYTES if fp8 else ACT_BYTES
     r = tp if sp else 1
     stat = norm_stat_bytes(g) / r
@@ -146,7 +149,7 @@ def layer_acts(
             li * h * pairs  # expert fc1 input (permuted tokens)
             + ACT_BYTES * g.gated * ffn_e * pairs  # activation input
             + (0.0 if "moe_act" in modules else li * ffn_e * pairs)  # fc2 input (activation output)
-            + ACT_BYTES * h * routed_local  # expert outputs kept by the prob-weighted unpermute
+            + PROB_BYTES * pairs  # the permuted probs the weighted activation keeps
         )
         # shared experts read the router's bf16 input; under FP8 their fc1 keeps its own FP8 copy
         shared = 0.0

@@ -33,6 +33,8 @@ RMSNORM_STAT_BYTES = 4
 FLASH_LSE_BYTES = 4
 # MoE router: fp32 logits and fp32 normalised scores per (token, expert) kept for backward / aux loss.
 ROUTER_SCORE_BYTES = 2 * 4
+# The fp32 routing probability of each dispatched (token, expert) row, kept by the weighted activation.
+PROB_BYTES = 4
 
 # ---- FSDP2 -----------------------------------------------------------------------------------------
 # Torch FSDP2 all-gathers one layer's weights ahead of use (the current and the prefetched layer are

@@ -16,7 +16,7 @@ import yaml
 from ..specs import GPUSpec
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
-FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "layer_overhead_us")
+FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "launch_us")
 # Families the YAML does not list borrow the constants of a measured one of the same vendor.
 _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
 
@@ -31,7 +31,7 @@ class Constants:
     origami_eff: float  # fraction of Origami's predicted GEMM speed reached in training (AMD only)
     attn_eff: float  # fraction of the BF16 peak flash attention reaches
     tp_exposed: float  # fraction of TP/SP collective time not hidden behind GEMMs (without tp_comm_overlap)
-    layer_overhead_us: float  # launches, syncs and small kernels per layer per forward (backward: 2x)
+    launch_us: float  # host time to issue one kernel launch of a layer (host_issue.py)
     # held priors (not fitted; held.priors in calibration.yaml, each with its source or reason)
     gemm_model: str  # "auto": Origami where installed and it knows the GPU, else the roofline; "roofline"
     hbm_eff: float  # fraction of HBM bandwidth memory-bound kernels reach

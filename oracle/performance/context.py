@@ -33,6 +33,7 @@ class Ctx:
     permute_fusion: bool  # moe_permute_fusion: TE's fused permute/unpermute kernels
     shared_overlap: bool  # moe_shared_expert_overlap with the all-to-all dispatcher: shared experts beside the exchange
     sync_free: bool  # Primus's sync-free MoE stages (turbo_sync_free_moe_stage >= 1): no host syncs
+    graphed: frozenset[str]  # layer scopes CUDA graphs replay (`host_issue.captured`)
     tp_overlap: bool  # tp_comm_overlap: TP collectives pipelined with their GEMMs (TE userbuffers)
     ep_overlap: bool  # overlap_moe_expert_parallel_comm: EP dispatch/combine behind another micro-batch
     fsdp: int  # FSDP group of the dense weights (the DP·CP ranks sharing them, stride TP); 0 without FSDP

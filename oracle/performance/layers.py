@@ -30,6 +30,7 @@ from .constants import (
 )
 from .context import HALF, Ctx
 from .flops import attended_keys
+from .host_issue import host_bound
 from .moe_layer import routed_experts
 from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
 
@@ -190,10 +191,11 @@ def _shared_experts(ctx: Ctx, w: Builder, gemm: tuple[float, float]) -> tuple[fl
     return _plus_since(gemm, w.gemm(), before)
 
 
-def _overhead(ctx: Ctx, w: Builder) -> None:
-    """Launches, syncs and small kernels of one layer (backward: twice the forward's)."""
-    o = ctx.c.layer_overhead_us * 1e-3
-    w.add(OVH, o, 2 * o)
+def _overhead(ctx: Ctx, w: Builder, moe: bool) -> None:
+    """The GPU's wait on the host where the layer's kernels run faster than the host issues them
+    (`host_issue.host_bound`)."""
+    f, b = host_bound(ctx, moe, sum(w.f), sum(w.b) + sum(w.w))
+    w.add(OVH, f, b)
 
 
 def _fsdp(ctx: Ctx, w: Builder, params: tuple[float, float]) -> None:
@@ -252,7 +254,7 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
         gemm = _plus_since(gemm, w.gemm(), before)
         w.tag("mlp", w.forward_ms() - start)
         _tp_collectives(ctx, w, 2, gemm)
-    _overhead(ctx, w)
+    _overhead(ctx, w, moe)
     _fsdp(ctx, w, params)
     return w.build()
 
@@ -287,7 +289,6 @@ def output_head(ctx: Ctx) -> Work:
     _linear(ctx, w, T, vocab, a.h, HALF)
     fwd, bwd = LOSS_BYTES[ctx.ce_fusion]
     w.add(ELEM, fwd * T * vocab / ctx.hbm, bwd * T * vocab / ctx.hbm)
-    _overhead(ctx, w)
     return w.build()
 
 

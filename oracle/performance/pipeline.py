@@ -22,6 +22,7 @@ from .comm import Net
 from .constants import ADAM_BYTES_PER_PARAM, BF16_BYTES, E_BYTES
 from .context import Ctx
 from .ep_bandwidth import dispatch_backend
+from .host_issue import captured
 from .layers import embedding, mtp_module, output_head, transformer_layer
 from .schedule import rank_end_times, rank_of, virtual_stages
 from .work import ATTN, ELEM, GEMM, OVH, RECOMPUTE_MODULES, Work
@@ -86,7 +87,7 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
         dispatch=dispatch_backend(cfg), grouped_gemm=cfg.moe_grouped_gemm, permute_fusion=cfg.moe_permute_fusion,
         shared_overlap=cfg.moe_shared_expert_overlap and cfg.moe_token_dispatcher_type == "alltoall",
-        sync_free=cfg.sync_free_stage > 0,
+        sync_free=cfg.sync_free_stage > 0, graphed=captured(cfg.cuda_graph_impl, cfg.cuda_graph_scope),
         tp_overlap=cfg.tp_comm_overlap and cfg.tp > 1, ep_overlap=cfg.overlap_moe_expert_parallel_comm and cfg.ep > 1,
         fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg),
         gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node, c=c,

@@ -1,0 +1,75 @@
+"""Host issue time of one layer: Megatron runs eagerly, so the CPU launches every kernel of a layer
+through PyTorch and Transformer Engine's Python; where a layer's kernels finish faster than the host
+issues them, the GPU waits. An MoE dispatcher's device-to-host sync drains the queue every layer
+(token_dispatcher.py `_maybe_dtoh_and_synchronize`), so the host cannot run ahead: a layer's pass
+takes max(GPU time, host time). CUDA graphs (megatron-core transformer_config.py `cuda_graph_impl`,
+`cuda_graph_scope`; cuda_graphs.py) replay a captured scope with one launch. This is why NVIDIA's
+small-expert MoE recipes capture graphs: Megatron-LM's Qwen3-30B-A3B recipes on GB200 run 28,114
+tokens/s/GPU with full-iteration graphs and 22,342 with attention/router graphs only
+(examples/moe_recipes/README.md, calibration/data/moe_throughput.csv).
+"""
+
+from __future__ import annotations
+
+from .context import Ctx
+
+# Kernel launches per forward of each scope of a layer (TE modules, fused norms, rotary and
+# bias-dropout-add; backward launches twice as many: dgrad and wgrad), counted from megatron-core
+# 0.16.1's forward code: attention (transformer_layer.py, attention.py: norm + QKV, rotary, core
+# attention, projection, bias-dropout-add), dense MLP (mlp.py: norm + fc1, activation, fc2,
+# bias-dropout-add), router (router.py: norm, gating GEMM, top-k/score function, aux loss),
+# preprocess (token_dispatcher.py: token counts, their copy to the host, permutation indices), the
+# routed experts (dispatch, fc1, activation, fc2, combine, unpermute, bias-dropout-add; one GEMM pair
+# and activation per local expert without grouped GEMM, experts.py SequentialMLP), shared experts
+# (shared_experts.py). FP8 adds one quantisation launch per GEMM input, and per local expert for the
+# grouped expert GEMMs (TE GroupedLinear quantises each expert's split with its own quantizer).
+ATTN_OPS = 9
+MLP_OPS = 5
+ROUTER_OPS = 8
+PREPROCESS_OPS = 5
+EXPERT_OPS = 6  # dispatch, combine, unpermute, bias-dropout-add and the grouped fc1/fc2 pair
+PER_EXPERT_OPS = 3  # fc1, activation, fc2 of one expert (SequentialMLP)
+SHARED_OPS = 4
+GRAPHABLE = ("attn", "mlp", "moe_router", "moe_preprocess", "moe")
+
+
+def captured(impl: str, scope: tuple[str, ...] | None) -> frozenset[str]:
+    """The layer scopes a CUDA-graph setting replays (megatron-core 0.16.1 transformer_config.py
+    `cuda_graph_scope` and its __post_init__): none without graphs, every scope for `full_iteration` or
+    for a layer graph with no scope named (the whole layer), else the named ones; `moe` takes the router
+    and preprocess with it, and the local implementation captures router and preprocess together."""
+    if impl == "none":
+        return frozenset()
+    named = set(scope or ())
+    if not named or "full_iteration" in named:
+        return frozenset(GRAPHABLE)
+    if "moe" in named or (impl == "local" and named & {"moe_router", "moe_preprocess"}):
+        named |= {"moe_router", "moe_preprocess"}
+    return frozenset(named & set(GRAPHABLE))
+
+
+def _scope_ops(ctx: Ctx, moe: bool) -> dict[str, float]:
+    """Forward launches of each scope of one layer (FP8: one more per GEMM)."""
+    q = 1 if ctx.fp8 else 0
+    if not moe:
+        return {"attn": ATTN_OPS + 2 * q, "mlp": MLP_OPS + 2 * q}
+    local = max(1, ctx.shape.experts // ctx.ep)
+    experts = EXPERT_OPS + 2 * q * local if ctx.grouped_gemm else EXPERT_OPS - 2 + local * (PER_EXPERT_OPS + 2 * q)
+    shared = SHARED_OPS + 2 * q if ctx.shape.shared_ffn else 0
+    return {"attn": ATTN_OPS + 2 * q, "moe_router": ROUTER_OPS, "moe_preprocess": PREPROCESS_OPS,
+            "moe": experts + shared}
+
+
+def host_forward_ms(ctx: Ctx, moe: bool) -> float:
+    """ms the host takes to issue one layer's forward: `launch_us` (fitted) per launch outside the
+    captured scopes, one launch per captured scope's replay."""
+    ops = _scope_ops(ctx, moe)
+    launches = sum(1 if s in ctx.graphed else n for s, n in ops.items())
+    return launches * ctx.c.launch_us * 1e-3
+
+
+def host_bound(ctx: Ctx, moe: bool, gpu_f: float, gpu_b: float) -> tuple[float, float]:
+    """(forward, backward) ms the GPU waits on the host: what the host's issue time (backward: twice
+    the forward's launches) exceeds the layer's GPU time by."""
+    host = host_forward_ms(ctx, moe)
+    return max(0.0, host - gpu_f), max(0.0, 2 * host - gpu_b)
