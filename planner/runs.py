@@ -93,8 +93,9 @@ def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: Cl
     return False
 
 
-def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
-    """Store a sweep's top-k as trials (no budget: the sweep is the reference) and its summary."""
+def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> list[int]:
+    """Store a sweep's top-k as trials (no budget: the sweep is the reference) and its summary; their trial ids,
+    best first."""
     ids = [ledger.record_trial(run_id, EffectiveConfig(**r.config), r, fidelity="simulate", wall_ms=0.0,
                                origin="sweep").id for r in result.top]
     recalibrate(ledger, run_id, ids)
@@ -103,6 +104,7 @@ def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
         top_k=[{"config_key": r.config_key, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu} for r in result.top],
         wall_s=result.wall_s,
     )
+    return ids
 
 
 def final_pick(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,

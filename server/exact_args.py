@@ -51,7 +51,7 @@ def _exact(value: Any, schema: dict[str, Any], defs: dict[str, Any], key: str) -
         except (ValueError, RecursionError):
             raise InputError("a string here must be a JSON object", key=key or None) from None
     if isinstance(value, dict):
-        properties: dict[str, Any] = next((b.get("properties", {}) for b in branches if b.get("type") == "object"), {})
+        properties: dict[str, Any] = next((b["properties"] for b in branches if "properties" in b), {})
         return {k: _exact(v, properties[k], defs, f"{key}.{k}" if key else k) if k in properties else v
                 for k, v in value.items()}
     if isinstance(value, list):

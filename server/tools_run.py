@@ -18,7 +18,7 @@ from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from paratune.ledger import BudgetLine
+from paratune.ledger import BudgetLine, trial_line
 from paratune.oracle.errors import InputError
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.specs import Budget, EvalResult
@@ -66,15 +66,24 @@ class SeedPlanReport(BaseModel):
     best_tokens_per_s_per_gpu: float | None
 
 
+class SweepEntry(BaseModel):
+    """One of the sweep's best layouts, recorded as a trial (its whole result: get_history, get_best)."""
+
+    trial_id: int
+    tokens_per_s_per_gpu: float | None
+    memory_per_gpu_gb: float | None
+    line: str = Field(description="the trial as get_history shows it: the knobs that differ from the baseline")
+
+
 class SweepReport(BaseModel):
-    """The sweep's counts and its best layouts, best first."""
+    """The sweep's counts and its best layouts, best first (one line each, so a top 100 stays a small answer)."""
 
     run_id: int
     space_size: int
     fits: int
     wall_s: float
     jobs: int
-    top: list[EvalResult]
+    top: list[SweepEntry]
 
 
 class Export(BaseModel):
@@ -159,14 +168,19 @@ def tools(session: Session) -> list[Callable]:
         """Score the whole legal space of the run with the oracle (memory pre-filter, then simulate) and record the
         top_k layouts as trials; this is the reference optimum and spends no budget. CPU-heavy: seconds to
         minutes depending on the space; reports progress; `jobs` worker processes (default 1). Returns the space
-        size, how many fit, the wall time and the top layouts, best first."""
+        size, how many fit, the wall time and the top layouts, best first (trial id, tokens/s/GPU, memory and the
+        history line of each; get_best and get_history read their whole results)."""
         a = session.active
         result = await off_loop(functools.partial(
             run_sweep, a.workload, a.cluster, top_k=top_k, jobs=jobs, progress=_relay(ctx, "sweep")),
             what="the sweep", deadline_s=SEARCH_S)
-        record_sweep(session.ledger, a.run.id, result)
+        ids = record_sweep(session.ledger, a.run.id, result)
+        base = a.workload.effective().as_trial().__dict__
+        top = [SweepEntry(trial_id=t.id, tokens_per_s_per_gpu=t.tokens_per_s_per_gpu,
+                          memory_per_gpu_gb=t.memory_per_gpu_gb, line=trial_line(t, base))
+               for t in (session.ledger.trial(a.run.id, i) for i in ids)]
         return SweepReport(run_id=a.run.id, space_size=result.space_size, fits=result.fits, wall_s=result.wall_s,
-                           jobs=result.jobs, top=result.top)
+                           jobs=result.jobs, top=top)
 
     async def export_best(
             out_dir: Annotated[str, Field(description="folder for the artifacts, under the allowed roots")],
