@@ -9,6 +9,7 @@ import errno
 import json
 import os
 import sqlite3
+import subprocess
 import threading
 import time
 
@@ -28,7 +29,7 @@ from paratune.server.failures import describe
 from paratune.server.offload import off_loop
 
 from .conftest import example
-from .test_server_common import in_process, portal_client, stdio_server
+from .test_server_common import LLAMA8B, MI300X_1N, PARATUNE, in_process, portal_client, stdio_server
 
 
 def test_the_audits_reproducers_are_answered_in_time_over_stdio(tmp_path):
@@ -76,6 +77,14 @@ def test_knobs_no_layout_can_have_are_refused_naming_the_key(knobs, key, words):
     with pytest.raises(InputError, match=words) as caught:
         check_knob_bounds(workload, cluster.world_size, TrialConfig(**knobs))
     assert caught.value.key == key and len(str(caught.value)) < 300
+
+
+def test_the_cli_refuses_the_same_knobs_before_any_work():
+    proc = subprocess.run([PARATUNE, "project", "memory", "--workload", str(LLAMA8B), "--target-cluster",
+                           str(MI300X_1N), "--config", json.dumps({"pp": 2**64 + 1})],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--config: pp: a 65-bit number is more than 8" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_knobs_a_legal_layout_has_pass_the_bounds():
