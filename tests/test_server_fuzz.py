@@ -126,6 +126,7 @@ def test_generated_calls_are_answered_quickly_small_and_clean(tmp_path):
         slowest = max(seen, key=lambda s: s[1])
         largest = max(seen, key=lambda s: s[2])
         print(f"\nfuzz over stdio: {len(seen)} calls, {len(seen)} answered, slowest {slowest[1]:.2f} s ({slowest[0]}), "
-              f"largest {largest[2]:,} B ({largest[0]}), {len({s[0] for s in seen})} tools, {wall:.1f} s")
+              f"largest {largest[2]:,} B ({largest[0]}), {len({s[0] for s in seen} & {t['name'] for t in tools})} "
+              f"tools, {wall:.1f} s")
         assert "tools" in request("tools/list", {})[0]["result"]  # still serving
     assert "Traceback" not in (tmp_path / "stderr.txt").read_text()
