@@ -25,6 +25,9 @@ from functools import lru_cache
 
 MEGATRON_CORE_VERSION = "0.16.1"
 _SYMBOLS = "EtmL"
+MAX_LAYOUT_SYMBOLS = 1 << 16  # a written-out layout has a few symbols per layer; the largest models have hundreds
+_GROUP_REPEAT = re.compile(r"\(([^)]+)\)\*(\d+)")
+_SYMBOL_REPEAT = re.compile(r"(.)\*(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,16 +70,36 @@ class SplitError(ValueError):
         self.code, self.message = code, message
 
 
+def _expanded(pattern: re.Pattern[str], text: str, layout: str) -> str:
+    """`text` with every `pattern` repeat (`x*n`, `(...)*n`) written out, refused before it grows past
+    MAX_LAYOUT_SYMBOLS: `t*99999999999` must not allocate 100 GB."""
+    size = len(text)
+
+    def repeat(m: re.Match[str]) -> str:
+        nonlocal size
+        digits = m.group(2)
+        count = int(digits) if len(digits) <= 9 else MAX_LAYOUT_SYMBOLS + 1
+        size += len(m.group(1)) * count - len(m.group(0))
+        if size > MAX_LAYOUT_SYMBOLS:
+            raise SplitError("layout_size", f"pipeline layout {layout[:80]!r} expands past {MAX_LAYOUT_SYMBOLS:,} "
+                             "symbols, more than any model has layers")
+        return m.group(1) * count
+
+    return pattern.sub(repeat, text)
+
+
 def parse_layout(text: str) -> list[str]:
     """The stages of a layout string, each a string of symbols (Megatron's `parse_str_to_list`)."""
     flat = text.replace(",", "")
-    flat = re.sub(r"\(([^)]+)\)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
-    flat = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), flat)
+    if len(flat) > MAX_LAYOUT_SYMBOLS:
+        raise SplitError("layout_size", f"pipeline layout is {len(flat):,} characters, over {MAX_LAYOUT_SYMBOLS:,}")
+    flat = _expanded(_GROUP_REPEAT, flat, text)
+    flat = _expanded(_SYMBOL_REPEAT, flat, text)
     stages = flat.split("|")
     for stage in stages:
         bad = set(stage) - set(_SYMBOLS)
         if bad:
-            raise SplitError("layout_syntax", f"pipeline layout {text!r}: unknown symbol(s) "
+            raise SplitError("layout_syntax", f"pipeline layout {text[:80]!r}: unknown symbol(s) "
                              f"{''.join(sorted(bad))!r}; known: E (embedding), t (decoder), m (MTP), L (loss)")
     return stages
 

@@ -15,6 +15,7 @@ from paratune.ledger.models import Fidelity, Measurement, TrialRecord
 from paratune.ledger.store import BudgetExhausted, Ledger
 from paratune.oracle.benchmark import evaluate_with_benchmark
 from paratune.oracle.benchmark.cache import LedgerCache
+from paratune.oracle.cancel import checkpoint
 from paratune.oracle.evaluate import evaluate_config, layout_violations
 from paratune.oracle.performance.uncertainty import uncertainty
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Violation, Workload
@@ -71,12 +72,14 @@ def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: Cl
                     progress: Callable[[int, int], None] | None = None) -> bool:
     """Score the seed plan through the ledger: a free memory-only check first, then a budgeted call at
     `fidelity` (simulate, or benchmark for --profiling-mode benchmark) for each candidate that fits.
-    True when the budget ran out. `progress(done, total)` follows the candidates."""
+    True when the budget ran out. `progress(done, total)` follows the candidates; a stopped caller
+    (`oracle.cancel`) ends it before the next candidate."""
     plan = seed_plan(workload, cluster)
     scored = 0
     for done, (origin, trial) in enumerate(plan, 1):
         if scored >= budget:
             break
+        checkpoint()
         cfg = workload.effective(trial)
         if score(ledger, run_id, workload, cluster, cfg, "memory_only", origin=origin)[0].fits:
             try:
@@ -90,8 +93,9 @@ def score_seed_plan(ledger: Ledger, run_id: int, workload: Workload, cluster: Cl
     return False
 
 
-def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
-    """Store a sweep's top-k as trials (no budget: the sweep is the reference) and its summary."""
+def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> list[int]:
+    """Store a sweep's top-k as trials (no budget: the sweep is the reference) and its summary; their trial ids,
+    best first."""
     ids = [ledger.record_trial(run_id, EffectiveConfig(**r.config), r, fidelity="simulate", wall_ms=0.0,
                                origin="sweep").id for r in result.top]
     recalibrate(ledger, run_id, ids)
@@ -100,6 +104,7 @@ def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
         top_k=[{"config_key": r.config_key, "tokens_per_s_per_gpu": r.tokens_per_s_per_gpu} for r in result.top],
         wall_s=result.wall_s,
     )
+    return ids
 
 
 def final_pick(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,

@@ -17,9 +17,11 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from paratune.oracle.cancel import checkpoint
 from paratune.oracle.evaluate import evaluate_config
 from paratune.oracle.memory import estimate_memory
 from paratune.oracle.performance import iteration_bound, simulate, tokens_per_s_per_gpu
@@ -53,6 +55,7 @@ class SweepResult(BaseModel):
 
 Ranked = tuple[float, str, EffectiveConfig]  # (tokens/s/GPU, config key, config): tuple order = ranking
 _CTX: dict = {}
+T = TypeVar("T")
 
 
 def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
@@ -125,19 +128,27 @@ def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ra
     return points, fits, scored, unchecked + fits - scored, entered
 
 
+def _checked(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`step(*args, **kwargs)` unless the caller stopped the sweep (`oracle.cancel`)."""
+    checkpoint()
+    return step(*args, **kwargs)
+
+
 def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, jobs: int | None = None,
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    """The top-k of every legal point; `progress(done, total)` is called as layouts complete."""
+    """The top-k of every legal point; `progress(done, total)` is called as layouts complete. A stopped caller
+    (`oracle.cancel`) ends it between layouts with `Cancelled`."""
     start = time.perf_counter()
     _init(workload, cluster, top_k)
     # Bounds first, here: forked workers then start with the oracle's caches (and Origami's torch) warm.
-    tasks = sorted(((x, _layout_bound(x)) for x in enumerate_layouts(workload, cluster)), key=lambda t: -t[1])
+    tasks = sorted(((x, _checked(_layout_bound, x)) for x in enumerate_layouts(workload, cluster)), key=lambda t: -t[1])
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
     counts = [0, 0, 0, 0]
     ranked: list[Ranked] = []
 
     def absorb(parts: Iterable[tuple]) -> None:
         for done, part in enumerate(parts, 1):
+            checkpoint()  # a stopped caller ends the sweep here; leaving the pool's block terminates its workers
             counts[:] = [a + b for a, b in zip(counts, part[:4])]
             ranked.extend(part[4])
             if progress:
@@ -150,7 +161,7 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, jobs: in
         with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, top_k)) as pool:
             absorb(pool.imap_unordered(_score_layout, tasks, chunksize=max(1, len(tasks) // (jobs * 16))))
     space_size, fits, scored, pruned = counts
-    top = [evaluate_config(workload, cluster, cfg, performance=True)
+    top = [_checked(evaluate_config, workload, cluster, cfg, performance=True)
            for _, _, cfg in heapq.nlargest(top_k, ranked, key=lambda t: t[:2])]
     return SweepResult(space_size=space_size, fits=fits, scored=scored, pruned=pruned, top=top,
                        wall_s=time.perf_counter() - start, jobs=jobs)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any, cast
@@ -22,7 +23,11 @@ from paratune.oracle.inputs.yaml_io import build
 
 from . import prompts, resources, tools_eval, tools_info, tools_run
 from .descriptions import HINTS, INSTRUCTIONS
+from .exact_args import exact_arguments
+from .failures import describe
 from .session import Session
+
+log = logging.getLogger(__name__)
 
 
 def _strict(fn: Callable) -> Tool:
@@ -51,23 +56,32 @@ def _arguments_error(tool: Tool, arguments: dict[str, Any], exc: ValidationError
 
 
 class ParatuneServer(MCPServer):
-    """An MCPServer whose failed tool calls answer with one line naming the tool and the bad key."""
+    """An MCPServer whose failed tool calls answer with one line naming the tool and the bad key (or the class
+    of failure), never one of `private` (the ledger's path)."""
 
-    def __init__(self, tools: list[Tool], **kwargs: Any):
+    def __init__(self, tools: list[Tool], *, private: list[str], **kwargs: Any):
         self._tools = {t.name: t for t in tools}
+        self._private = sorted(set(private), key=len, reverse=True)
         super().__init__(tools=tools, **kwargs)
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         try:
             return await self._call(name, arguments, context)
         except ToolError as exc:
-            one_line = clip(mask_secrets(str(exc)).replace("\r", "\\r").replace("\n", "\\n"), LINE)
+            text = str(exc)
+            for secret in self._private:
+                text = text.replace(secret, "the ledger")
+            one_line = clip(mask_secrets(text).replace("\r", "\\r").replace("\n", "\\n"), LINE)
             raise type(exc)(one_line) from exc.__cause__
 
     async def _call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
         tool = self._tools.get(name)
         if tool is None:
-            raise ToolError(f"unknown tool {name!r}; the tools are: {', '.join(sorted(self._tools))}")
+            raise ToolError(f"unknown tool {clip(name)!r}; the tools are: {', '.join(sorted(self._tools))}")
+        try:
+            arguments = exact_arguments(arguments, tool.parameters)
+        except InputError as exc:
+            raise ToolError(f"{name}: {exc}") from None
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -79,6 +93,10 @@ class ParatuneServer(MCPServer):
                                 "evaluate_memory_only is free") from None
             if isinstance(cause, ToolError | InputError | BenchmarkUnavailable):
                 raise ToolError(f"{name}: {cause}") from None
+            failure = describe(cause) if cause is not None else None
+            if failure is not None:
+                log.warning("%s failed: %r", name, cause)
+                raise ToolError(f"{name}: {failure}") from None
             if isinstance(exc, UnexpectedToolError):
                 raise UnexpectedToolError(f"{name}: internal error ({type(cause).__name__}); the server is still "
                                           "running and its log has the details") from cause
@@ -88,8 +106,9 @@ class ParatuneServer(MCPServer):
 def build_server(session: Session, *, log_level: str = "WARNING") -> ParatuneServer:
     """The paratune MCP server acting on `session`."""
     fns = tools_eval.tools(session) + tools_info.tools(session) + tools_run.tools(session)
-    server = ParatuneServer([_strict(fn) for fn in fns], name="paratune", version=version("paratune"),
-                            instructions=INSTRUCTIONS, log_level=log_level)
+    ledger = session.ledger.path
+    server = ParatuneServer([_strict(fn) for fn in fns], private=[str(ledger), str(ledger.resolve())], name="paratune",
+                            version=version("paratune"), instructions=INSTRUCTIONS, log_level=log_level)
     resources.register(server, session)
     prompts.register(server)
     return server

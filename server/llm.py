@@ -1,9 +1,8 @@
 """One LiteLLM completion for a run, its usage (never a key) recorded in the ledger.
 
 Each call is bounded: LiteLLM gets the run's `llm_timeout_s` and no retries, and the tool waits for the
-worker thread under the same limit (queueing for one of `CONCURRENT_CALLS` included) and abandons it
-after: the SDK reads stdin and writes stdout through the default worker-thread pool, which LLM calls
-must never fill, so they run under a limiter of their own.
+worker thread under the same limit (queueing for a thread of the LLM pool included) and abandons it
+after (`server/offload.py`).
 """
 
 from __future__ import annotations
@@ -11,8 +10,6 @@ from __future__ import annotations
 import functools
 import os
 
-import anyio
-import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel
 
@@ -27,8 +24,7 @@ from paratune.planner.llm.selection import (
     resolve_llm,
 )
 
-CONCURRENT_CALLS = 4  # LLM calls in flight at once; the rest queue (within their time limit)
-_limiters: dict[object, anyio.CapacityLimiter] = {}
+from .offload import off_loop
 
 
 class LLMAnswer(BaseModel):
@@ -50,24 +46,13 @@ def _safe(exc: Exception) -> str:
         return "(message withheld: it contained a key-like string)"
 
 
-def _limiter() -> anyio.CapacityLimiter:
-    """The LLM calls' own limiter, one per event loop."""
-    from anyio.lowlevel import current_token
-
-    return _limiters.setdefault(current_token(), anyio.CapacityLimiter(CONCURRENT_CALLS))
-
-
 async def ask_bounded(ledger: Ledger, run_id: int, cluster_model: str | None, prompt: str, *, system: str | None,
                       max_tokens: int, timeout_s: float) -> LLMAnswer:
-    """`ask` in a worker thread of its own limiter, given up after `timeout_s` with a clear ToolError."""
+    """`ask` in a worker thread of the LLM pool, given up after `timeout_s` with a clear ToolError."""
     call = functools.partial(ask, ledger, run_id, cluster_model, prompt, system=system, max_tokens=max_tokens,
                              timeout_s=timeout_s)
-    try:
-        with anyio.fail_after(timeout_s):
-            return await anyio.to_thread.run_sync(call, limiter=_limiter(), abandon_on_cancel=True)
-    except TimeoutError:
-        raise ToolError(f"the LLM did not answer within {timeout_s:g} s (agent.llm.timeout_s); "
-                        "nothing was recorded") from None
+    return await off_loop(call, what="the LLM call", deadline_s=timeout_s, pool="llm", late=(
+        f"the LLM did not answer within {timeout_s:g} s (agent.llm.timeout_s); nothing was recorded"))
 
 
 def ask(ledger: Ledger, run_id: int, cluster_model: str | None, prompt: str, *, system: str | None,

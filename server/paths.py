@@ -6,6 +6,7 @@ import unicodedata
 from pathlib import Path, PurePath
 
 from paratune.oracle.errors import InputError, clip
+from paratune.oracle.inputs.read_guard import usable
 
 
 def plain_text(text: str, key: str) -> str:
@@ -32,6 +33,7 @@ class AllowedRoots:
         """`raw` resolved (symlinks followed) and checked to lie under a root."""
         if not raw:
             raise InputError("expected a file path", key=key)
+        usable(raw, key=key)  # its length first: a megabyte of path is refused before anything walks it
         plain_text(raw, key)
         if ".." in PurePath(raw).parts:
             raise InputError(f"'{clip(raw)}': '..' is not allowed in paths", key=key)

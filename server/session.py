@@ -11,6 +11,7 @@ from paratune.oracle.constraints import pinned
 from paratune.oracle.errors import InputError
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.inputs.read_guard import reads_under
+from paratune.oracle.knob_bounds import check_knob_bounds
 from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
 from paratune.planner.runs import score
 
@@ -62,7 +63,19 @@ class Session:
             raise InputError("no run is open: call open_run with a workload file and a cluster file first")
         return self._active
 
-    def evaluate(self, trial: TrialConfig, fidelity: Fidelity, origin: str) -> tuple[TrialRecord, bool]:
-        """(trial, cached): one layout of the active run scored through the ledger (dedupe + budget)."""
+    def bounded(self, trial: TrialConfig, key: str = "config") -> TrialConfig:
+        """`trial` when every knob is one a layout of the active run can have (`oracle.knob_bounds`); else
+        InputError naming `key.knob`."""
         a = self.active
-        return score(self.ledger, a.run.id, a.workload, a.cluster, a.workload.effective(trial), fidelity, origin=origin)
+        try:
+            check_knob_bounds(a.workload, a.cluster.world_size, trial)
+        except InputError as exc:
+            raise InputError(exc.message, key=f"{key}.{exc.key}") from None
+        return trial
+
+    def evaluate(self, trial: TrialConfig, fidelity: Fidelity, origin: str) -> tuple[TrialRecord, bool]:
+        """(trial, cached): one layout of the active run, its knobs bounded, scored through the ledger (dedupe +
+        budget)."""
+        a = self.active
+        cfg = a.workload.effective(self.bounded(trial))
+        return score(self.ledger, a.run.id, a.workload, a.cluster, cfg, fidelity, origin=origin)

@@ -1,13 +1,14 @@
 """Tools that evaluate or check one layout: memory-only, simulate, benchmark, validate, legal axes, and
 explain (a baseline against a winner).
 
-The single-layout ones are coroutines, so they run inline on the event loop: their work (about a
-millisecond of oracle and one SQLite commit) costs less than the hop to a worker thread would. `explain`
-projects tens of layouts, so it is a plain function the SDK runs in a worker thread.
+Each layout's knobs are bounded first (`Session.bounded`), then the work runs in a worker thread under a
+deadline (`server/offload.py`): a millisecond for one layout as a rule, but no request may hold the event
+loop that every session's requests share.
 """
 
 # No `from __future__ import annotations`: the tools' `Config` type is built per session inside `tools`,
 # so their annotations must be evaluated where they are defined.
+import functools
 import json
 from collections.abc import Callable
 from typing import Annotated
@@ -26,6 +27,7 @@ from paratune.planner.explanation import Explanation
 from paratune.planner.explanation import explain as explain_path
 from paratune.planner.runs import final_pick
 
+from .offload import BENCHMARK_S, EXPLAIN_S, LAYOUT_S, off_loop
 from .session import Session
 
 CONFIG_TEXT = ("TrialConfig knobs (tp, pp, ep, cp, etp, vpp, mbs, gbs, pp_schedule, recompute_granularity, "
@@ -103,13 +105,17 @@ def tools(session: Session) -> list[Callable]:
         return Evaluation(trial_id=record.id, cached=cached, fidelity=fidelity, budget=line, result=record.result,
                           calibrated=record.calibrated)
 
+    async def evaluated(config: TrialConfig, fidelity: Fidelity, origin: str) -> Evaluation:
+        return await off_loop(functools.partial(evaluation, config, fidelity, origin), what=f"the {fidelity} call",
+                              deadline_s=BENCHMARK_S if fidelity == "benchmark" else LAYOUT_S)
+
     async def evaluate_memory_only(config: Config, origin: Origin = "mcp") -> Evaluation:
         """Legality and projected per-GPU memory (GiB, most-loaded pipeline stage, with a breakdown) of one layout.
         Free: spends no budget, takes about a millisecond. Call it before evaluate_simulate when unsure a layout
         fits (fits=false means it would run out of memory). An illegal layout is not an error: it comes back with
         legal=false and every violated rule (stable codes), is recorded, and spends no budget. Returns the trial
         id, whether the ledger already had it (cached), the memory_only budget line and the EvalResult."""
-        return evaluation(config, "memory_only", origin)
+        return await evaluated(config, "memory_only", origin)
 
     async def evaluate_simulate(config: Config, origin: Origin = "mcp") -> Evaluation:
         """Legality, memory and projected throughput of one layout: iteration_ms, tokens_per_s_per_gpu (the
@@ -118,7 +124,7 @@ def tools(session: Session) -> list[Callable]:
         the budget is spent the call fails and says so. An illegal layout is not an error: it comes back with
         legal=false and every violated rule (stable codes), is recorded, and spends no budget. Returns the trial
         id, cached, the simulate budget line after the call and the EvalResult."""
-        return evaluation(config, "simulate", origin)
+        return await evaluated(config, "simulate", origin)
 
     async def evaluate_with_benchmark(config: Config, origin: Origin = "mcp") -> Evaluation:
         """Measure one layout on the GPU at hand (one layer of each type timed with torch, the rest extrapolated).
@@ -128,7 +134,7 @@ def tools(session: Session) -> list[Callable]:
         reason = benchmark_unavailable(session)
         if reason:
             raise ToolError(reason)
-        return evaluation(config, "benchmark", origin)
+        return await evaluated(config, "benchmark", origin)
 
     async def validate_config(config: Config) -> Validation:
         """Check one layout against every legality rule and search constraint (stack_knob, stack_value,
@@ -136,14 +142,17 @@ def tools(session: Session) -> list[Callable]:
         recording it. Free and instant. Returns legal, the violations (code and sentence), the resolved effective
         config with its canonical key, and the derived data-parallel size."""
         a = session.active
-        cfg = a.workload.effective(config)
-        violations = layout_violations(a.workload, a.cluster, cfg)
-        return Validation(legal=not violations, violations=violations, config=cfg, config_key=cfg.key,
-                          derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
+        cfg = a.workload.effective(session.bounded(config))
 
-    def explain(from_config: Config, to_config: Annotated[TrialConfig | None, knobs, Field(
-            description=WINNER_TEXT)] = None
-                ) -> Explanation:
+        def validation() -> Validation:
+            violations = layout_violations(a.workload, a.cluster, cfg)
+            return Validation(legal=not violations, violations=violations, config=cfg, config_key=cfg.key,
+                              derived_dp=layout_facts(a.workload.model, cfg, a.cluster.world_size).dp or None)
+
+        return await off_loop(validation, what="validation")
+
+    async def explain(from_config: Config, to_config: Annotated[TrialConfig | None, knobs, Field(
+            description=WINNER_TEXT)] = None) -> Explanation:
         """Why one layout beats another: from_config (default {}, the workload's own layout) to to_config (default:
         the run's pick, as export_best picks). Returns both EvalResults, the path of single-knob changes between
         them (a knob with the knobs that only qualify it; two knobs when only legal together), each re-projected
@@ -153,12 +162,19 @@ def tools(session: Session) -> list[Callable]:
         pipeline bubble, optimizer) and memory breakdowns (GiB: weights, grads, optimizer, activations, buffers).
         Free and not recorded; takes a second or two."""
         a = session.active
-        if to_config is None:
-            best, _ = final_pick(session.ledger, a.run.id, a.workload, a.cluster)
-            if best is None:
-                raise ToolError("the run has no legal trial that fits yet: pass to_config")
-            to_config = best.knobs
-        return explain_path(a.workload, a.cluster, from_config, to_config)
+        baseline = session.bounded(from_config, "from_config")
+        winner = None if to_config is None else session.bounded(to_config, "to_config")
+
+        def explanation() -> Explanation:
+            chosen = winner
+            if chosen is None:
+                best, _ = final_pick(session.ledger, a.run.id, a.workload, a.cluster)
+                if best is None:
+                    raise ToolError("the run has no legal trial that fits yet: pass to_config")
+                chosen = best.knobs
+            return explain_path(a.workload, a.cluster, baseline, chosen)
+
+        return await off_loop(explanation, what="explain", deadline_s=EXPLAIN_S)
 
     async def get_legal_axes() -> LegalAxes:
         """The values each knob may take on its own for this model on this cluster (divisibility of heads, layers,

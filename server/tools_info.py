@@ -7,7 +7,7 @@ worker thread of its own limiter, bounded in time (`server/llm.py`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -27,6 +27,23 @@ from .llm import LLMAnswer, ask_bounded
 from .paths import plain_text
 from .session import Session
 
+T = TypeVar("T")
+
+
+ANSWER_TEXT = 24_000  # characters of lines or notes in one answer; the SDK sends them twice (text and structured)
+
+
+def newest_within(items: list[T], size: Callable[[T], int]) -> tuple[list[T], int]:
+    """The newest of `items` (oldest first) whose sizes add up to at most ANSWER_TEXT, and how many older ones
+    were left out: an answer stays far below 64 KB however long the run's history or notes are."""
+    kept, total = 0, 0
+    for item in reversed(items):
+        total += size(item)
+        if total > ANSWER_TEXT and kept:
+            break
+        kept += 1
+    return items[len(items) - kept:], len(items) - kept
+
 
 class History(BaseModel):
     """The latest trials of a run, one line each."""
@@ -34,6 +51,8 @@ class History(BaseModel):
     run_id: int
     total_trials: int
     lines: list[str]
+    omitted: int = Field(0, description="older lines of the k left out to keep the answer small (ask for fewer, "
+                                        "or read paratune://runs/{run_id}/trials)")
 
 
 class Best(BaseModel):
@@ -87,10 +106,12 @@ class BudgetStatus(BaseModel):
 
 
 class Scratchpad(BaseModel):
-    """A run's notes, oldest first."""
+    """A run's latest notes, oldest first."""
 
     run_id: int
     notes: list[Note]
+    omitted: int = Field(0, description="older notes left out to keep the answer small (all of them: "
+                                        "paratune://runs/{run_id}/scratchpad)")
 
 
 def tools(session: Session) -> list[Callable]:
@@ -100,10 +121,12 @@ def tools(session: Session) -> list[Callable]:
                           ) -> History:
         """The run's latest k trials, oldest first, one line each: trial id, fidelity, origin, the knobs that differ
         from the baseline, then legality, fit, memory and tokens/s/GPU (raw; then calibrated and measured where
-        the run has measurements). Free. Call it to see what has been tried before proposing more."""
+        the run has measurements); when the lines are long, the newest of them (`omitted` counts the rest). Free.
+        Call it to see what has been tried before proposing more."""
         a = session.active
-        lines = history_lines(session.ledger, a.run.id, a.workload.effective(), k)
-        return History(run_id=a.run.id, total_trials=session.ledger.trial_count(a.run.id), lines=lines)
+        lines, omitted = newest_within(history_lines(session.ledger, a.run.id, a.workload.effective(), k), len)
+        return History(run_id=a.run.id, total_trials=session.ledger.trial_count(a.run.id), lines=lines,
+                       omitted=omitted)
 
     async def get_best(fidelity: Literal["simulate", "benchmark"] | None = None) -> Best:
         """The incumbent: the legal, fitting trial with the highest raw projected tokens/s/GPU (optionally at one
@@ -163,10 +186,13 @@ def tools(session: Session) -> list[Callable]:
         return session.ledger.add_note(session.active.run.id, text, author=plain_text(author, "author"))
 
     async def read_scratchpad() -> Scratchpad:
-        """Every note in the run's scratchpad (id, author, text, time), oldest first. Free. Read it at the start of
+        """The run's scratchpad notes (id, author, text, time), oldest first: every note, or the latest ones when
+        they are long (`omitted` says how many older ones the resource paratune://runs/{run_id}/scratchpad has).
+        Free. Read it at the start of
         a round to recall the hypotheses and what was already ruled out."""
         run_id = session.active.run.id
-        return Scratchpad(run_id=run_id, notes=session.ledger.notes(run_id))
+        notes, omitted = newest_within(session.ledger.notes(run_id), lambda n: len(n.text))
+        return Scratchpad(run_id=run_id, notes=notes, omitted=omitted)
 
     async def query_llm(prompt: Annotated[str, Field(min_length=1, max_length=50_000)],
                         system: Annotated[str | None, Field(max_length=20_000)] = None,

@@ -1,8 +1,7 @@
 """Tools that open, search and export a run: open_run, run_seed_plan, sweep, export_best.
 
-All run off the event loop: open_run and export_best are plain functions (the SDK runs them in a worker
-thread); the seed plan and the sweep are coroutines that hand their work to a worker thread and relay
-its progress to the client.
+All run off the event loop, in a worker thread under a deadline (`server/offload.py`); the seed plan and the
+sweep relay their progress to the client and stop at their next step once the call is given up.
 """
 
 from __future__ import annotations
@@ -15,12 +14,11 @@ from collections.abc import Callable
 from typing import Annotated, Literal
 
 import anyio.from_thread
-import anyio.to_thread
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from pydantic import BaseModel, Field
 
-from paratune.ledger import BudgetLine
+from paratune.ledger import BudgetLine, trial_line
 from paratune.oracle.errors import InputError
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.specs import Budget, EvalResult
@@ -36,6 +34,7 @@ from paratune.planner.runs import (
 from paratune.planner.seed_plan import seed_plan
 from paratune.planner.sweep import sweep as run_sweep
 
+from .offload import SEARCH_S, off_loop
 from .session import Session
 from .tools_eval import benchmark_unavailable
 
@@ -67,15 +66,24 @@ class SeedPlanReport(BaseModel):
     best_tokens_per_s_per_gpu: float | None
 
 
+class SweepEntry(BaseModel):
+    """One of the sweep's best layouts, recorded as a trial (its whole result: get_history, get_best)."""
+
+    trial_id: int
+    tokens_per_s_per_gpu: float | None
+    memory_per_gpu_gb: float | None
+    line: str = Field(description="the trial as get_history shows it: the knobs that differ from the baseline")
+
+
 class SweepReport(BaseModel):
-    """The sweep's counts and its best layouts, best first."""
+    """The sweep's counts and its best layouts, best first (one line each, so a top 100 stays a small answer)."""
 
     run_id: int
     space_size: int
     fits: int
     wall_s: float
     jobs: int
-    top: list[EvalResult]
+    top: list[SweepEntry]
 
 
 class Export(BaseModel):
@@ -108,18 +116,21 @@ def _relay(ctx: Context, what: str) -> Callable[[int, int], None]:
 def tools(session: Session) -> list[Callable]:
     """The run-level tools bound to `session`."""
 
-    def open_run(workload: Annotated[str, Field(description="workload YAML path")],
-                 cluster: Annotated[str, Field(description="target-cluster YAML path")],
-                 resume: bool = True) -> RunSummary:
+    async def open_run(workload: Annotated[str, Field(description="workload YAML path")],
+                       cluster: Annotated[str, Field(description="target-cluster YAML path")],
+                       resume: bool = True) -> RunSummary:
         """Load a workload YAML (native or Primus experiment) and a target-cluster YAML and make their run the
         current one, resuming the latest run for exactly these inputs unless resume=false. Paths are relative to
         the server's first allowed root and must stay under the allowed roots. Free. Returns the run id, names,
         world size, budget and how many trials it already has."""
-        a = session.open_run(session.roots.file(workload, "workload"), session.roots.file(cluster, "cluster"),
-                             resume=resume)
-        return RunSummary(run_id=a.run.id, status=a.run.status, workload_name=a.workload.name,
-                          cluster_name=a.cluster.name, world_size=a.cluster.world_size, budget=a.run.budget,
-                          trials=len(session.ledger.trials(a.run.id)))
+        def opened() -> RunSummary:
+            a = session.open_run(session.roots.file(workload, "workload"), session.roots.file(cluster, "cluster"),
+                                 resume=resume)
+            return RunSummary(run_id=a.run.id, status=a.run.status, workload_name=a.workload.name,
+                              cluster_name=a.cluster.name, world_size=a.cluster.world_size, budget=a.run.budget,
+                              trials=session.ledger.trial_count(a.run.id))
+
+        return await off_loop(opened, what="opening the run")
 
     async def run_seed_plan(ctx: Context,
                             budget: Annotated[int | None, Field(ge=1, le=10_000, description=(
@@ -141,9 +152,9 @@ def tools(session: Session) -> list[Callable]:
                 raise ToolError(reason)
         limit = a.cluster.budget.max_benchmark_calls if fidelity == "benchmark" else a.cluster.budget.max_perf_calls
         before = len(ledger.trials(run_id))
-        exhausted = await anyio.to_thread.run_sync(functools.partial(
+        exhausted = await off_loop(functools.partial(
             score_seed_plan, ledger, run_id, a.workload, a.cluster, budget=budget or limit, fidelity=fidelity,
-            note=log.info, progress=_relay(ctx, "seed plan")))
+            note=log.info, progress=_relay(ctx, "seed plan")), what="the seed plan", deadline_s=SEARCH_S)
         best = ledger.best(run_id)
         return SeedPlanReport(
             run_id=run_id, candidates=len(seed_plan(a.workload, a.cluster)),
@@ -157,43 +168,56 @@ def tools(session: Session) -> list[Callable]:
         """Score the whole legal space of the run with the oracle (memory pre-filter, then simulate) and record the
         top_k layouts as trials; this is the reference optimum and spends no budget. CPU-heavy: seconds to
         minutes depending on the space; reports progress; `jobs` worker processes (default 1). Returns the space
-        size, how many fit, the wall time and the top layouts, best first."""
+        size, how many fit, the wall time and the top layouts, best first (trial id, tokens/s/GPU, memory and the
+        history line of each; get_best and get_history read their whole results)."""
         a = session.active
-        result = await anyio.to_thread.run_sync(functools.partial(
-            run_sweep, a.workload, a.cluster, top_k=top_k, jobs=jobs, progress=_relay(ctx, "sweep")))
-        record_sweep(session.ledger, a.run.id, result)
+        result = await off_loop(functools.partial(
+            run_sweep, a.workload, a.cluster, top_k=top_k, jobs=jobs, progress=_relay(ctx, "sweep")),
+            what="the sweep", deadline_s=SEARCH_S)
+        ids = record_sweep(session.ledger, a.run.id, result)
+        base = a.workload.effective().as_trial().__dict__
+        top = [SweepEntry(trial_id=t.id, tokens_per_s_per_gpu=t.tokens_per_s_per_gpu,
+                          memory_per_gpu_gb=t.memory_per_gpu_gb, line=trial_line(t, base))
+               for t in (session.ledger.trial(a.run.id, i) for i in ids)]
         return SweepReport(run_id=a.run.id, space_size=result.space_size, fits=result.fits, wall_s=result.wall_s,
-                           jobs=result.jobs, top=result.top)
+                           jobs=result.jobs, top=top)
 
-    def export_best(out_dir: Annotated[str, Field(description="folder for the artifacts, under the allowed roots")],
-                    pick: Annotated[Literal["robust", "argmax"], Field(description=(
-                        "robust: of the layouts within the oracle's stated error of the best, the one with the "
-                        "most memory headroom; argmax: the highest projected tokens/s/GPU"))] = "robust") -> Export:
+    async def export_best(
+            out_dir: Annotated[str, Field(description="folder for the artifacts, under the allowed roots")],
+            pick: Annotated[Literal["robust", "argmax"], Field(description=(
+                "robust: of the layouts within the oracle's stated error of the best, the one with the most memory "
+                "headroom; argmax: the highest projected tokens/s/GPU"))] = "robust") -> Export:
         """Write the run's artifacts to out_dir (under the allowed roots; created if missing): trials.jsonl,
         summary.json, trials.png, trials/<id>.yaml (re-runnable workload overlays) and, when there is a winner,
         launch.sh and the files its command reads (Primus: winner.primus.yaml). The winner is the robust pick by
         default (of the layouts within the oracle's stated error of the best, the one with the most memory
         headroom, then fewer stack-specific knobs); pick=argmax takes the highest projection. Free. Returns the
         files, the winner, the pick and why, the stack and its launch."""
-        a = session.active
-        trials = session.ledger.trials(a.run.id)
-        if not trials:
-            raise InputError(f"run {a.run.id} has no trials yet: evaluate or run the seed plan first")
-        target = session.roots.directory(out_dir, "out_dir")
-        best, chosen = final_pick(session.ledger, a.run.id, a.workload, a.cluster, pick)
-        launch = how_to_run(best, a.workload, a.cluster, a.workload_file, str(target))
-        summary = {"run_id": a.run.id, "workload": a.workload.name, "cluster": a.cluster.name, "trials": len(trials),
-                   "winner": best.result.model_dump(mode="json") if best else None,
-                   "winner_origin": best.origin if best else None,
-                   "pick": chosen.model_dump() if chosen else None,
-                   "budget": {f: line.model_dump() for f, line in session.ledger.budget_status(a.run.id).items()},
-                   "stack": a.cluster.stack_text, "launch": launch.model_dump() if launch else None}
-        baseline = evaluate_simulate(a.workload, a.cluster)
-        summary["baseline"] = baseline.model_dump(mode="json")
-        files = write_artifacts(target, a.workload, a.cluster, trials, summary, launch, baseline=baseline, winner=best,
-                                measured=session.ledger.measurements(a.run.id), error=chosen.error if chosen else None)
-        return Export(out_dir=str(target), files=files, winner=best.result if best else None,
-                      winner_origin=best.origin if best else None, pick=chosen, stack=a.cluster.stack_text,
-                      launch=launch)
+
+        def exported() -> Export:
+            a = session.active
+            trials = session.ledger.trials(a.run.id)
+            if not trials:
+                raise InputError(f"run {a.run.id} has no trials yet: evaluate or run the seed plan first")
+            target = session.roots.directory(out_dir, "out_dir")
+            best, chosen = final_pick(session.ledger, a.run.id, a.workload, a.cluster, pick)
+            launch = how_to_run(best, a.workload, a.cluster, a.workload_file, str(target))
+            summary = {"run_id": a.run.id, "workload": a.workload.name, "cluster": a.cluster.name,
+                       "trials": len(trials), "winner": best.result.model_dump(mode="json") if best else None,
+                       "winner_origin": best.origin if best else None,
+                       "pick": chosen.model_dump() if chosen else None,
+                       "budget": {f: line.model_dump()
+                                  for f, line in session.ledger.budget_status(a.run.id).items()},
+                       "stack": a.cluster.stack_text, "launch": launch.model_dump() if launch else None}
+            baseline = evaluate_simulate(a.workload, a.cluster)
+            summary["baseline"] = baseline.model_dump(mode="json")
+            files = write_artifacts(target, a.workload, a.cluster, trials, summary, launch, baseline=baseline,
+                                    winner=best, measured=session.ledger.measurements(a.run.id),
+                                    error=chosen.error if chosen else None)
+            return Export(out_dir=str(target), files=files, winner=best.result if best else None,
+                          winner_origin=best.origin if best else None, pick=chosen, stack=a.cluster.stack_text,
+                          launch=launch)
+
+        return await off_loop(exported, what="the export")
 
     return [open_run, run_seed_plan, sweep, export_best]

@@ -12,13 +12,14 @@ The SDK's own fix is open: modelcontextprotocol/python-sdk#2751 (its PR #2766 cl
 from __future__ import annotations
 
 import hmac
+from collections.abc import Sequence
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .bind import check_bind
+from .bind import check_bind, transport_security
 from .stdio import stdio_streams
 
 
@@ -62,12 +63,14 @@ async def _serve_stdio(server: MCPServer) -> None:
 # message is pydantic's multi-line dump (often over 1 KB, quoting the input), the id is null even when readable
 # (modelcontextprotocol/python-sdk#3557, its PR #3558 closed unmerged), and a request whose `id` is not a string
 # or an integer (true, null) validates as a notification and gets 202, no answer.
-def serve_http(server: MCPServer, *, host: str, port: int, token: str | None, log_level: str) -> None:
-    """Streamable HTTP at http://host:port/mcp; a non-loopback host needs a token."""
+def serve_http(server: MCPServer, *, host: str, port: int, token: str | None, log_level: str,
+               allowed_hosts: Sequence[str] = ()) -> None:
+    """Streamable HTTP at http://host:port/mcp; a non-loopback host needs a token; a request whose Host is
+    not this server's name (or one of `allowed_hosts`) gets 421."""
     import uvicorn
 
     check_bind(host, token)
-    app: ASGIApp = server.streamable_http_app(host=host)
+    app: ASGIApp = server.streamable_http_app(host=host, transport_security=transport_security(host, allowed_hosts))
     if token:
         app = BearerGuard(app, token)
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level.lower(), access_log=False)

@@ -5,89 +5,19 @@ server keeps answering pings throughout."""
 from __future__ import annotations
 
 import json
-import queue
-import subprocess
-import threading
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 from mcp_types import INVALID_REQUEST, PARSE_ERROR
-from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
-from .test_server_common import PARATUNE, small_inputs
-
-ANSWER_S = 5.0  # a missing answer fails within this, rather than hanging
-START_S = 60.0  # the first answer also waits for the server's imports
-
-
-class Wire:
-    """A server process's stdin and stdout as JSON-RPC lines; stdout is read on a thread, so waits time out."""
-
-    def __init__(self, proc: subprocess.Popen[bytes], stderr: Path):
-        self.proc, self.stderr = proc, stderr
-        self.lines: queue.Queue[bytes] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.next_id = 1000
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line)
-
-    def send(self, line: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + b"\n")
-        self.proc.stdin.flush()
-
-    def receive(self, timeout: float = ANSWER_S) -> dict[str, Any]:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            pytest.fail(f"no answer within {timeout} s; server stderr:\n{self.stderr.read_text()[-3000:]}")
-        return json.loads(line)
-
-    def ping(self) -> int:
-        """Send a ping with a fresh id; return the id."""
-        self.next_id += 1
-        self.send(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": "ping"}).encode())
-        return self.next_id
-
-    def answers_until_pong(self, ping_id: int) -> list[dict[str, Any]]:
-        """Every answer up to and including the ping's, which must be a plain result."""
-        answers = [self.receive()]
-        while answers[-1].get("id") != ping_id or "error" in answers[-1]:
-            answers.append(self.receive())
-        assert answers[-1] == {"jsonrpc": "2.0", "id": ping_id, "result": {}}
-        return answers
+from .test_server_common import Wire, stdio_server
 
 
 @pytest.fixture(scope="module")
 def wire(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Wire]:
     """A `paratune serve` (stdio) past the initialize handshake."""
-    folder = tmp_path_factory.mktemp("jsonrpc")
-    workload, cluster = small_inputs(folder / "inputs")
-    stderr = folder / "stderr.txt"
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen([PARATUNE, "serve", "--workload", str(workload), "--target-cluster", str(cluster),
-                                 "--ledger", str(folder / "l.sqlite")], cwd=folder, stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=err)
-    w = Wire(proc, stderr)
-    try:
-        w.send(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LATEST_HANDSHAKE_VERSION, "capabilities": {},
-            "clientInfo": {"name": "test_server_jsonrpc", "version": "0"}}}).encode())
-        init = w.receive(timeout=START_S)
-        assert init["id"] == 0 and init["result"]["protocolVersion"] == LATEST_HANDSHAKE_VERSION
-        w.send(b'{"jsonrpc":"2.0","method":"notifications/initialized"}')
+    with stdio_server(tmp_path_factory.mktemp("jsonrpc")) as w:
         yield w
-        proc.stdin.close()  # type: ignore[union-attr]
-        assert proc.wait(timeout=30) == 0, stderr.read_text()[-3000:]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 BIG = json.dumps({"jsonrpc": "1.0", "id": "big", "method": "ping", "params": {"x": "a" * 1_000_000}}).encode()

@@ -43,7 +43,7 @@ def test_stdio_session_of_the_desktop_example_runs_the_seed_plan_and_reads_the_h
     lines = history.structured_content["lines"]
     assert len(lines) == seed.structured_content["new_trials"] and lines[0].startswith("#1 ")
     assert sum(" simulate seed:" in line for line in lines) == 6
-    assert bad.is_error and "config.pp: input should be a valid integer" in bad.content[0].text
+    assert bad.is_error and "config.pp: expected an integer" in bad.content[0].text
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         [run] = ledger.runs()
         assert (run.workload_name, run.cluster_name) == ("mixtral-8x22b-mi355x", "mi355x-4n")
@@ -91,6 +91,17 @@ def test_http_session_with_a_bearer_token(tmp_path):
         tools, result = anyio.run(session)
         assert len(tools.tools) == 19
         assert not result.is_error and result.structured_content["result"]["tokens_per_s_per_gpu"] > 0
+
+
+def test_http_on_every_address_refuses_a_foreign_host_header(tmp_path):
+    token = "test-token-0123456789"
+    with http_server(tmp_path, "--host", "0.0.0.0", "--token", token) as url:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}}
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+        foreign = httpx2.post(url, json=init, headers={**headers, "Host": "attacker.example"})
+        own = httpx2.post(url, json=init, headers=headers)
+    assert foreign.status_code == 421 and own.status_code == 200
 
 
 def test_http_refuses_a_public_address_without_a_token(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .read_guard import guarded
+from .read_guard import read_text
 
 ATTENTION_TYPES = {"full_attention", "sliding_attention", "chunked_attention"}
 # A field that asks for a layer the oracle does not model (Gemma's local/global pattern).
@@ -30,10 +30,10 @@ def is_hf_config(path: Path) -> bool:
 
 def hf_card(path: Path) -> dict[str, Any]:
     """The model card (Megatron names) of a Hugging Face config file or folder."""
-    file = guarded(path / "config.json" if path.is_dir() else path)
+    file = path / "config.json" if path.is_dir() else path
     try:
-        cfg = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
+        cfg = json.loads(read_text(file))
+    except (RecursionError, json.JSONDecodeError) as exc:
         raise InputError(f"cannot read it as JSON ({exc})", file=str(file)) from None
     if not isinstance(cfg, dict):
         raise InputError("expected a JSON object of config fields", file=str(file))

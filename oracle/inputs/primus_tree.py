@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
-from .read_guard import guarded
+from .read_guard import guarded, usable
 from .yaml_io import deep_merge, read_mapping, resolve_templates
 
 PRIMUS_ROOT_ENV = "PRIMUS_ROOT"
@@ -81,7 +81,7 @@ def find_primus_root(experiment: Path, explicit: str | None) -> Path | None:
     """
     for value, key in ((explicit, "--primus-root"), (os.environ.get(PRIMUS_ROOT_ENV), PRIMUS_ROOT_ENV)):
         if value:
-            root = Path(value).expanduser().resolve()
+            root = usable(value, key=key).expanduser().resolve()
             if not is_primus_root(root):
                 raise InputError(f"not a Primus tree: no {models_dir(Path('.'))}/ under it", file=str(root), key=key)
             return root
@@ -99,7 +99,7 @@ def _preset_name(name: str) -> str:
 def _preset_path(root: Path, folder: Path, name: str, *, file: str | None, key: str) -> Path:
     """`folder / name` with PresetLoader.load's check that it stays inside `primus/configs`."""
     configs = (root / CONFIGS).resolve()
-    path = (folder / _preset_name(resolve_templates(name))).resolve()
+    path = (folder / usable(_preset_name(resolve_templates(name)), file=file, key=key)).resolve()
     if not path.is_relative_to(configs):
         raise InputError(f"'{name}' leaves {configs} (Primus refuses path traversal)", file=file, key=key)
     return path
@@ -130,7 +130,7 @@ def extends_chain(path: Path, _stack: tuple[Path, ...] = ()) -> list[Path]:
     data = read_mapping(path)
     chain: list[Path] = []
     for name in _extends(data.get("extends"), path):
-        parent = guarded((path.parent / resolve_templates(name)).resolve())
+        parent = guarded((path.parent / usable(resolve_templates(name), file=str(path), key="extends")).resolve())
         if not parent.is_file():
             raise InputError(f"extends parent '{name}' not found (looked for {parent})", file=str(path), key="extends")
         chain.extend(extends_chain(parent, (*_stack, path)))
@@ -200,7 +200,7 @@ def resolve_model_file(
         if hit is not None:
             return hit
         looked.append(models_dir(Path(root), framework) / _preset_name(ref))
-    local = guarded((Path(experiment).resolve().parent / ref).resolve())
+    local = guarded((Path(experiment).resolve().parent / usable(ref, file=str(experiment), key=key)).resolve())
     if local.is_file():
         return local
     looked.append(local)

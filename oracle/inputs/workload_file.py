@@ -10,7 +10,7 @@ from ..errors import InputError
 from ..specs import ModelArch, TrainingArgs, Workload
 from .hf_config import hf_card, is_hf_config
 from .primus_tree import find_primus_root, resolve_trainer
-from .read_guard import guarded
+from .read_guard import guarded, usable
 from .stack_vocabulary import stack_arguments
 from .yaml_io import (
     build,
@@ -51,7 +51,7 @@ def _extends_list(value: Any, file: str) -> list[str]:
 def _card(ref: str, base_dir: Path, file: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
     """A model card from a catalog name, a Hugging Face config.json (or its folder), or a YAML file,
     following its `extends:` chain (deep-merged)."""
-    path = (base_dir / ref).resolve()
+    path = (base_dir / usable(ref, file=file, key="extends")).resolve()
     if ref not in model_names():
         guarded(path)
     if is_hf_config(path):

@@ -5,26 +5,21 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import InputError, clip
-from .read_guard import guarded
+from .read_guard import read_text
 
 _TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Parse a YAML file; a missing file or a syntax error names the file (and line, column)."""
-    p = guarded(path)
-    if not p.is_file():
-        raise InputError("file not found" if not p.exists() else "not a file", file=str(path))
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read: {exc}", file=str(path)) from None
+    """Parse a YAML file; a missing or unreadable file or a syntax error names the file (and line, column)."""
+    text = read_text(path)
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
@@ -92,7 +87,9 @@ def _field_path(model: type[BaseModel], loc: tuple) -> tuple[list[str], type[Bas
         path.append(part)
         holder = current
         annotation = current.model_fields[part].annotation
-        current = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        options = get_args(annotation) if get_origin(annotation) in (Union, UnionType) else (annotation,)
+        models = [a for a in options if isinstance(a, type) and issubclass(a, BaseModel)]
+        current = models[0] if len(models) == 1 else None  # a model, or an optional one (Model | None)
     if current is not None and len(loc) > len(path) and isinstance(loc[len(path)], str):
         path.append(loc[len(path)])  # an unknown key inside a nested mapping
         holder = current

@@ -13,7 +13,7 @@ from ..explanation import explain, short_text
 from ..runs import final_pick
 from .run_dir import add_run_arguments, open_run_ledger
 from .search_args import add_search_arguments, with_search_args
-from .trial_args import trial_from_args
+from .trial_args import trial_from_args, within_bounds
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -45,8 +45,9 @@ def _run(args: argparse.Namespace) -> int:
     cluster = with_search_args(load_cluster(args.target_cluster), args)
     workload = pinned(load_workload(args.workload), cluster)
     baseline = trial_from_args(args.from_config, None, workload) if args.from_config else TrialConfig()
+    within_bounds(baseline, workload, cluster.world_size, "--from")
     if args.to_config:
-        winner = trial_from_args(args.to_config, None, workload)
+        winner = within_bounds(trial_from_args(args.to_config, None, workload), workload, cluster.world_size, "--to")
     elif args.out_dir:
         winner = pick_of_run(args.out_dir, args.run, workload, cluster)
     else:

@@ -12,7 +12,7 @@ from paratune.oracle.inputs import load_cluster, load_workload
 
 from .render import print_result
 from .search_args import add_search_arguments, with_search_args
-from .trial_args import trial_from_args
+from .trial_args import trial_from_args, within_bounds
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -42,7 +42,8 @@ def _progress(done: int, total: int, message: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     cluster = with_search_args(load_cluster(args.target_cluster), args)
     workload = pinned(load_workload(args.workload), cluster)
-    trial = trial_from_args(args.config, args.set, workload)
+    trial = within_bounds(trial_from_args(args.config, args.set, workload), workload, cluster.world_size,
+                          "--set" if args.set else "--config")
     if args.kind == "benchmark":
         try:
             result = evaluate_with_benchmark(workload, cluster, trial, allow_cpu=args.allow_cpu, progress=_progress)

@@ -22,6 +22,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8765, help="HTTP port (default: %(default)s)")
     p.add_argument("--allow-root", action="append", metavar="DIR",
                    help="folder tools may read and write under (repeatable; default: the current directory)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="another name clients reach the HTTP server by (repeatable; a proxy's, a DNS alias); "
+                        "requests with any other Host header are refused")
     p.add_argument("--token", help="HTTP bearer token; prefer env PARATUNE_MCP_TOKEN (a flag shows in `ps`); "
                                     "required off loopback")
     p.add_argument("--log-level", default="WARNING", type=str.upper, choices=("DEBUG", "INFO", "WARNING", "ERROR"),
@@ -62,5 +65,6 @@ def _run(args: argparse.Namespace) -> int:
         if args.transport == "stdio":
             serve_stdio(server)
         else:
-            serve_http(server, host=args.host, port=args.port, token=args.token, log_level=args.log_level)
+            serve_http(server, host=args.host, port=args.port, token=args.token, log_level=args.log_level,
+                       allowed_hosts=args.allow_host)
     return 0

@@ -17,6 +17,7 @@ import yaml
 from paratune.oracle.errors import InputError
 from paratune.oracle.inputs import load_workload
 from paratune.oracle.inputs.yaml_io import build, read_mapping
+from paratune.oracle.knob_bounds import check_knob_bounds
 from paratune.oracle.specs import EffectiveConfig, TrialConfig, Workload
 
 _LAYOUT_FIELDS = frozenset(EffectiveConfig.model_fields)
@@ -83,3 +84,13 @@ def trial_from_args(config: str | None, sets: list[str] | None, workload: Worklo
         return build(TrialConfig, {**trial.model_dump(exclude_none=True), **_set_pairs(sets or [])}, file=file)
     data.update(_set_pairs(sets or []))
     return build(TrialConfig, data, file=file)
+
+
+def within_bounds(trial: TrialConfig, workload: Workload, world_size: int, flag: str) -> TrialConfig:
+    """`trial` when each knob is one a layout of `workload` on `world_size` GPUs can have (`oracle.knob_bounds`);
+    else InputError naming `flag` and the knob, before any work."""
+    try:
+        check_knob_bounds(workload, world_size, trial)
+    except InputError as exc:
+        raise exc.within(flag) from None
+    return trial

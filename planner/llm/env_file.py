@@ -9,6 +9,9 @@ import os
 import re
 from pathlib import Path
 
+from paratune.oracle.errors import InputError
+from paratune.oracle.inputs.read_guard import read_text
+
 
 class EnvFileError(ValueError):
     """A .env file that cannot be read, or a line that is not NAME=value (the message names which)."""
@@ -23,9 +26,9 @@ def load_env_file(path: str | Path | None) -> Path | None:
     if path is None and not file.is_file():
         return None
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise EnvFileError(f"{file}: cannot read it ({type(exc).__name__})") from None
+        text = read_text(file)  # a regular file only: a FIFO named .env would block the reader
+    except InputError as exc:
+        raise EnvFileError(f"{file}: cannot read it ({exc.message})") from None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
