@@ -8,6 +8,11 @@ layout it does score, each point gets the memory pre-filter, then the same test 
 group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode), and is
 simulated only if it passes; once a group loses, its other points are skipped unchecked. The result
 equals scoring every fitting point, ties broken by config key.
+
+With `within` (the oracle's stated error, which the robust pick chooses within, `planner/pick.py`), the
+sweep also keeps every point within that share of the best: a point is then ruled out only when it is
+below the k-th best and below (1 - within) x the best a worker has scored (a worker's best is at most
+the final best, so nothing within the share of the final best is lost).
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ class SweepResult(BaseModel):
 
     space_size: every legal point. scored: points simulated. pruned: points a bound ruled out unsimulated
     (a whole layout, or a point whose FP8 / MoE dispatcher / overlap / DP sharding group lost). fits: points found to
-    fit in memory; a point is not checked once its layout or group is ruled out."""
+    fit in memory; a point is not checked once its layout or group is ruled out. top: the top-k, then every
+    other point within `within` of the best."""
 
     space_size: int
     fits: int
@@ -55,9 +61,10 @@ Ranked = tuple[float, str, EffectiveConfig]  # (tokens/s/GPU, config key, config
 _CTX: dict = {}
 
 
-def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
+def _init(workload: Workload, cluster: ClusterSpec, top_k: int, within: float) -> None:
     m = menu(workload, cluster)
-    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=m, variants=bound_variants(m))
+    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, within=within, best=0.0, top=[], menu=m,
+                variants=bound_variants(m))
 
 
 def _knobs(layout: dict) -> tuple:
@@ -80,9 +87,10 @@ def _layout_bound(layout: dict) -> float:
 
 
 def _loses(tps: float) -> bool:
-    """Whether `tps` is strictly below the k-th best this worker has scored."""
+    """Whether `tps` is strictly below the k-th best this worker has scored and below its share `within` of
+    the best."""
     top = _CTX["top"]
-    return len(top) == _CTX["top_k"] and tps < top[0][0]
+    return len(top) == _CTX["top_k"] and tps < top[0][0] and tps < (1 - _CTX["within"]) * _CTX["best"]
 
 
 def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ranked]]:
@@ -115,21 +123,23 @@ def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ra
         if _loses(tps):
             continue
         item = (tps, cfg.key, cfg)
+        _CTX["best"] = max(_CTX["best"], tps)
         if len(top) < _CTX["top_k"]:
             heapq.heappush(top, item)
         elif item[:2] > top[0][:2]:
             heapq.heapreplace(top, item)
-        else:
+        elif tps < (1 - _CTX["within"]) * _CTX["best"]:
             continue
         entered.append(item)
     return points, fits, scored, unchecked + fits - scored, entered
 
 
-def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, jobs: int | None = None,
+def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: float = 0.0, jobs: int | None = None,
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    """The top-k of every legal point; `progress(done, total)` is called as layouts complete."""
+    """The top-k of every legal point, then every other point within `within` of the best (module doc);
+    `progress(done, total)` is called as layouts complete."""
     start = time.perf_counter()
-    _init(workload, cluster, top_k)
+    _init(workload, cluster, top_k, within)
     # Bounds first, here: forked workers then start with the oracle's caches (and Origami's torch) warm.
     tasks = sorted(((x, _layout_bound(x)) for x in enumerate_layouts(workload, cluster)), key=lambda t: -t[1])
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
@@ -147,10 +157,12 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, jobs: in
         absorb(map(_score_layout, tasks))
     else:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, top_k)) as pool:
+        with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, top_k, within)) as pool:
             absorb(pool.imap_unordered(_score_layout, tasks, chunksize=max(1, len(tasks) // (jobs * 16))))
     space_size, fits, scored, pruned = counts
+    ranked.sort(key=lambda t: t[:2], reverse=True)
+    floor = (1 - within) * ranked[0][0] if ranked else 0.0
     top = [evaluate_config(workload, cluster, cfg, performance=True)
-           for _, _, cfg in heapq.nlargest(top_k, ranked, key=lambda t: t[:2])]
+           for i, (tps, _, cfg) in enumerate(ranked) if i < top_k or tps >= floor]
     return SweepResult(space_size=space_size, fits=fits, scored=scored, pruned=pruned, top=top,
                        wall_s=time.perf_counter() - start, jobs=jobs)
