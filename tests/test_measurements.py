@@ -17,10 +17,10 @@ from mcp import Client, StdioServerParameters
 from paratune.ledger import Ledger
 from paratune.ledger import schema as ledger_schema
 from paratune.ledger.models import Measurement, TrialRecord
+from paratune.oracle.errors import InputError
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.specs import EvalResult, TrialConfig
-from paratune.oracle.errors import InputError
 from paratune.planner.measurements import as_measured, calibrate, check_figures, fit
 
 from .conftest import EXAMPLES
