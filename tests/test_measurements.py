@@ -21,7 +21,7 @@ from paratune.oracle.errors import InputError
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.specs import EvalResult, TrialConfig
-from paratune.planner.measurements import as_measured, calibrate, check_figures, fit
+from paratune.planner.measurements import adopt, as_measured, calibrate, check_figures, fit, record
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE, in_process, portal_client, small_inputs
@@ -223,3 +223,31 @@ def test_measuring_the_recipe_above_the_pick_makes_the_recipe_the_pick_in_summar
     got = anyio.run(best).structured_content
     assert got["trial_id"] == recipe and got["calibrated"]["measured"]
     assert [m["tokens_per_s_per_gpu"] for m in got["measured"]] == [1664.0]
+
+
+def test_measurements_carry_into_a_new_run_of_the_same_model_and_cluster_and_say_so(tmp_path):
+    workload_file, cluster_file = small_inputs(tmp_path / "inputs")
+    w, c = load_workload(workload_file), load_cluster(cluster_file)
+    with Ledger(tmp_path / "a.sqlite") as led:
+        first = led.open_run(w, c)
+        trial = led.record_trial(first.id, w.effective(), evaluate_simulate(w, c), fidelity="simulate", wall_ms=0.0,
+                                 origin="baseline")
+        record(led, first.id, trial.id, 0.8 * trial.tokens_per_s_per_gpu, note="job 1")
+        # a new run of the same model on the same cluster, with another batch: same pair, so the measurement counts
+        other = w.model_copy(update={"training": w.training.model_copy(update={"global_batch_size": 16})})
+        second = led.open_run(other, c, resume=False)
+        got = adopt(led, second.id)
+        assert (got.found, got.used) == (1, 1) and got.line().startswith("measurements: using 1 of 1")
+        [m] = led.measurements(second.id)
+        copied = led.trial(second.id, m.trial_id)
+        assert copied.config_key == trial.config_key and m.tokens_per_s_per_gpu == 0.8 * trial.tokens_per_s_per_gpu
+        assert copied.calibrated.measured and f"run {first.id} measurement" in m.note and m.note.endswith("job 1")
+        assert adopt(led, second.id).used == 1 and len(led.measurements(second.id)) == 1  # not copied twice
+        # another cluster (four GPUs, not two) is another pair
+        bigger = c.model_copy(update={"gpus_per_node": 4})
+        third = led.open_run(w, bigger, resume=False)
+        assert adopt(led, third.id).found == 0
+        # --calibration-from: the same measurement read from another tune folder's ledger
+        with Ledger(tmp_path / "b.sqlite") as fresh:
+            run = fresh.open_run(w, c)
+            assert adopt(fresh, run.id, led).used == 1 and len(fresh.measurements(run.id)) == 1
