@@ -103,13 +103,19 @@ def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> None:
 
 
 def own_trial(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec) -> TrialRecord:
-    """The run's simulated trial of the workload's own layout, projected now (free) if the run has none."""
+    """The run's trial of the workload's own layout: simulated when it fits, else its memory check; what the
+    run lacks of that is evaluated now, free (as the seed plan would, without spending its budget)."""
     cfg = workload.effective()
     hit = ledger.lookup(run_id, cfg.key, "simulate")
     if hit is not None:
         return hit
-    result = evaluate_config(workload, cluster, cfg, performance=True,
-                             violations=layout_violations(workload, cluster, cfg))
+    violations = layout_violations(workload, cluster, cfg)
+    checked = ledger.lookup(run_id, cfg.key, "memory_only") or ledger.record_trial(
+        run_id, cfg, evaluate_config(workload, cluster, cfg, performance=False, violations=violations),
+        fidelity="memory_only", wall_ms=0.0, origin="baseline")
+    if not (checked.legal and checked.fits):
+        return checked
+    result = evaluate_config(workload, cluster, cfg, performance=True, violations=violations)
     record = ledger.record_trial(run_id, cfg, result, fidelity="simulate", wall_ms=0.0, origin="baseline")
     return ledger.trial(run_id, record.id) if recalibrate(ledger, run_id, [record.id]) else record
 
