@@ -39,6 +39,7 @@ class Factors(_Row):
     activations: float  # multiplies activation GiB (weights, grads, optimizer, buffers stay as projected)
     measurements: int
     fit: str  # how they were fitted, in words
+    residuals: dict[int, float] = {}  # measured trial id -> measured / calibrated tokens/s/GPU - 1
 
 
 class Calibrated(_Row):
@@ -49,6 +50,7 @@ class Calibrated(_Row):
     memory_per_gpu_gb: float | None
     fits: bool | None
     factors: Factors
+    measured: bool = False  # the figures are the cluster's measurement of this layout, not a projection
 
 
 class Measurement(_Row):

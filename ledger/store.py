@@ -168,6 +168,12 @@ class Ledger:
         with self._lock:
             return _run(self._require_run(self._conn, run_id))
 
+    def run_inputs(self, run_id: int) -> tuple[Workload, ClusterSpec]:
+        """The workload and cluster a run was opened with, exactly as stored."""
+        with self._lock:
+            row = self._require_run(self._conn, run_id)
+        return Workload.model_validate_json(row["workload_json"]), ClusterSpec.model_validate_json(row["cluster_json"])
+
     def runs(self) -> list[RunInfo]:
         return [_run(r) for r in self._rows("SELECT * FROM runs ORDER BY id")]
 

@@ -9,6 +9,11 @@ fits, the best legal one, and the step says so. A step's gain is measured from t
 had a throughput. Knob effects interact, so a step's gain depends on the order: each step also
 carries the change's gain applied alone to the baseline, and the difference is the interaction the
 order assigned to it. The steps telescope: they sum to the winner minus the baseline.
+
+A step worth under `NEGLIGIBLE` of the baseline's tokens/s/GPU (either way) that frees no memory is
+marked negligible: the terminal text lists such steps on one line after the path instead of as steps.
+A step that sets a knob the user pinned (`--fix`) is marked pinned: a constraint, not a choice.
+Every step's verdict is plain text (legal and fits, does not fit with its memory, illegal with why).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ UNITS = (("recompute_granularity", "recompute_method", "recompute_num_layers", "
          ("vpp", "pp_schedule"),
          ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "use_turbo_deepep"),
          ("pp_layout", "pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split"))
+NEGLIGIBLE = 0.005  # a step under 0.5 % of the baseline's throughput, freeing no memory, is not shown as a step
 ORDER = ("greedy: each step takes the change that leaves a legal, fitting layout with the most tokens/s/GPU; "
          "gains depend on the order (knobs interact), 'alone' is the same change applied to the baseline only")
 
@@ -55,6 +61,17 @@ class Step(BaseModel):
     delta_tokens_per_s_per_gpu: float | None = Field(description="gain of this step on the path")
     delta_memory_gb: float | None
     alone_delta_tokens_per_s_per_gpu: float | None = Field(description="gain of the same change on the baseline")
+    pinned: bool = Field(default=False, description="the step sets a knob the user pinned (--fix)")
+    negligible: bool = Field(default=False, description=f"under {100 * NEGLIGIBLE:g}% of the baseline's "
+                                                        "throughput either way and no memory freed")
+
+    def verdict(self) -> str:
+        """Plain text: what the layout this step leaves is."""
+        if not self.legal:
+            return f"illegal: {self.reason}"
+        if not self.fits:
+            return f"does not fit: {self.memory_per_gpu_gb:.1f} GiB per GPU"
+        return "fits"
 
 
 class TermDiff(BaseModel):
@@ -107,8 +124,14 @@ def _delta(after: float | None, before: float | None) -> float | None:
     return None if after is None or before is None else after - before
 
 
-def explain(workload: Workload, cluster: ClusterSpec, baseline: TrialConfig, winner: TrialConfig) -> Explanation:
-    """The path from `baseline` to `winner` and the difference of their breakdowns (module doc)."""
+def _negligible(delta: float | None, memory: float | None, base: float | None) -> bool:
+    return delta is not None and base is not None and abs(delta) < NEGLIGIBLE * base and (memory or 0.0) >= 0.0
+
+
+def explain(workload: Workload, cluster: ClusterSpec, baseline: TrialConfig, winner: TrialConfig,
+            pins: dict[str, Any] | None = None) -> Explanation:
+    """The path from `baseline` to `winner` and the difference of their breakdowns; `pins`: the knobs the user
+    fixed (module doc)."""
     changes = knob_changes(workload, baseline, winner)
     start = workload.effective(baseline).as_trial().__dict__
     base = evaluate_simulate(workload, cluster, baseline)
@@ -125,13 +148,17 @@ def explain(workload: Workload, cluster: ClusterSpec, baseline: TrialConfig, win
         move = max(trials, key=lambda m: _ok(trials[m]))
         after, targets = trials[move], _targets(move, changes)
         alone = project(start, move)
+        gain = _delta(after.tokens_per_s_per_gpu, last.tokens_per_s_per_gpu)
+        freed = _delta(after.memory_per_gpu_gb, last.memory_per_gpu_gb)
         steps.append(Step(knobs=targets, was={k: current[k] for k in targets}, legal=after.legal,
                           fits=after.fits, reason=after.reason, tokens_per_s_per_gpu=after.tokens_per_s_per_gpu,
-                          memory_per_gpu_gb=after.memory_per_gpu_gb,
-                          delta_tokens_per_s_per_gpu=_delta(after.tokens_per_s_per_gpu, last.tokens_per_s_per_gpu),
-                          delta_memory_gb=_delta(after.memory_per_gpu_gb, last.memory_per_gpu_gb),
+                          memory_per_gpu_gb=after.memory_per_gpu_gb, delta_tokens_per_s_per_gpu=gain,
+                          delta_memory_gb=freed,
                           alone_delta_tokens_per_s_per_gpu=_delta(alone.tokens_per_s_per_gpu,
-                                                                  base.tokens_per_s_per_gpu)))
+                                                                  base.tokens_per_s_per_gpu),
+                          pinned=bool(pins) and set(targets) <= set(pins or {}),
+                          negligible=after.legal and bool(after.fits)
+                          and _negligible(gain, freed, base.tokens_per_s_per_gpu)))
         current.update(targets)
         remaining = [u for u in remaining if u not in move]
         if after.tokens_per_s_per_gpu is not None:
@@ -172,10 +199,14 @@ def short_text(x: Explanation) -> list[str]:
             f"{pct(x.delta_tokens_per_s_per_gpu)} tokens/s/GPU in {len(x.steps)} step(s)")
     lines = [head]
     for s in x.steps:
-        what = ", ".join(f"{k}: {s.was[k]!s} -> {v!s}" for k, v in s.knobs.items())
-        flag = "" if s.legal and s.fits else " [illegal]" if not s.legal else " [does not fit]"
-        lines.append(f"  {what}: {pct(s.delta_tokens_per_s_per_gpu)}, memory "
-                     f"{_gb(s.delta_memory_gb)}{flag}; alone {pct(s.alone_delta_tokens_per_s_per_gpu)}")
+        if s.negligible and not s.pinned:
+            continue
+        lines.append(f"  {_change(s)}{' (pinned)' if s.pinned else ''}: {pct(s.delta_tokens_per_s_per_gpu)}, memory "
+                     f"{_gb(s.delta_memory_gb)}, {s.verdict()}; alone {pct(s.alone_delta_tokens_per_s_per_gpu)}")
+    minor = [s for s in x.steps if s.negligible and not s.pinned]
+    if minor:
+        lines.append(f"  also changed, each under {100 * NEGLIGIBLE:g}% with no memory freed: "
+                     + "; ".join(_change(s) for s in minor))
     big = sorted((t for t in x.time_terms_ms if abs(t.delta) > 1e-6), key=lambda t: abs(t.delta), reverse=True)[:3]
     if big:
         lines.append("  time terms (ms/iteration): " + ", ".join(f"{t.term} {t.delta:+,.0f}" for t in big))
@@ -183,6 +214,10 @@ def short_text(x: Explanation) -> list[str]:
     if mem:
         lines.append("  memory terms (GiB/GPU): " + ", ".join(f"{t.term} {t.delta:+.1f}" for t in mem))
     return lines
+
+
+def _change(s: Step) -> str:
+    return ", ".join(f"{k}: {s.was[k]!s} -> {v!s}" for k, v in s.knobs.items())
 
 
 def _tps(r: EvalResult) -> str:

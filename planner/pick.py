@@ -1,12 +1,16 @@
 """The final pick among a run's fitting trials: robust by default, the raw argmax on request.
 
-The projection's stated error (`oracle/performance/uncertainty.py`: the accuracy report's MAPE on the
-family's published runs) means layouts within that error of the best cannot be told apart by the
-oracle. Among them, never below the user's own layout (the seed plan's baseline) when it fits, the
-robust pick takes the one with the most memory headroom (an OOM costs more than a few percent);
-within 1 GiB of that headroom, the one with fewer stack-specific knobs (whose effect
-rests on a prior, not on calibration rows), then the faster one. A run with measurements picks on its
-calibrated projections (`planner/measurements.py`).
+Each trial is ranked by its measurement where the cluster measured it, else by its calibrated
+projection, else by its raw one (`planner/measurements.py`). The projection's stated error
+(`oracle/performance/uncertainty.py`: the accuracy report's MAPE on the family's published runs) means
+layouts within that error of the best cannot be told apart by the oracle; the robust pick chooses among
+all of them (every trial of the run: beside its top-k the sweep keeps up to `KEEP` points within the
+error, `planner/sweep.py`):
+- a measured layout below another measured layout is out: the evidence has compared them;
+- never below the user's own layout (`own`, the run's baseline) when it fits;
+- a measured layout first: a projection within the error of it is no better known than it;
+- then the most memory headroom (an OOM costs more than a few percent); within 1 GiB of that headroom,
+  the fewer stack-specific knobs (whose effect rests on a prior, not on calibration rows), then the faster.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class Pick(BaseModel):
     rule: PickRule
     trial_id: int
     argmax_trial_id: int
+    own_trial_id: int | None = Field(default=None, description="the user's own layout: the pick is never below it")
     error: float = Field(description="the stated relative error the robust pick used")
     within_error: int = Field(description="other fitting trials within that error of the best")
     note: str
@@ -41,8 +46,13 @@ def exotic_knobs(config: dict) -> int:
     return sum(config.get(k, off) not in (off, None, False) for k, off in EXOTIC.items())
 
 
-def _tps(t: TrialRecord) -> float:
-    """Calibrated tokens/s/GPU, else projected (of a trial `pick` kept: it has a projected one)."""
+def measured(t: TrialRecord) -> bool:
+    """Whether the trial's figures are the cluster's measurement."""
+    return t.calibrated is not None and t.calibrated.measured
+
+
+def tps(t: TrialRecord) -> float:
+    """Measured, else calibrated, else projected tokens/s/GPU (of a trial `pick` kept: it has a projected one)."""
     c = t.calibrated
     if c is not None and c.tokens_per_s_per_gpu is not None:
         return c.tokens_per_s_per_gpu
@@ -56,39 +66,47 @@ def _headroom(t: TrialRecord) -> float:
     return (t.result.memory_cap_gb or 0.0) - (memory or 0.0)
 
 
-def _fits(t: TrialRecord) -> bool:
+def fits(t: TrialRecord) -> bool:
+    """Legal, with a throughput, and fits (as measured or calibrated where the run has them)."""
     c = t.calibrated
-    return bool(c.fits if c is not None and c.fits is not None else t.fits)
+    return t.legal and t.tokens_per_s_per_gpu is not None and bool(
+        c.fits if c is not None and c.fits is not None else t.fits)
 
 
-def pick(trials: list[TrialRecord], error: float, rule: PickRule = "robust") -> Pick | None:
-    """The winner among `trials` (legal, fitting, with a throughput); None when there is none."""
-    ok = [t for t in trials if t.legal and _fits(t) and t.tokens_per_s_per_gpu is not None]
+def _what(t: TrialRecord) -> str:
+    return (f"trial {t.id} ({tps(t):,.1f} tokens/s/GPU {'measured' if measured(t) else 'projected'}, "
+            f"{_headroom(t):.1f} GiB headroom, {exotic_knobs(t.config)} stack-specific knob(s))")
+
+
+def pick(trials: list[TrialRecord], error: float, rule: PickRule = "robust",
+         own: TrialRecord | None = None) -> Pick | None:
+    """The winner among `trials` (legal, fitting, with a throughput), never below `own` when it fits
+    (module doc); None when there is none."""
+    ok = [t for t in trials if fits(t)]
     if not ok:
         return None
-    best = max(ok, key=lambda t: (_tps(t), -t.id))
-    floor = _tps(best) * (1 - error)
-    near = [t for t in ok if _tps(t) >= floor and t.config_key != best.config_key]
-    within = len({t.config_key for t in near})
-    if rule == "argmax" or not near:
-        note = (f"the highest projected tokens/s/GPU; within the oracle's error (±{100 * error:.1f}%) of {within} "
-                f"other layout(s)" if within else "the highest projected tokens/s/GPU, clear of the others by more "
-                f"than the oracle's error (±{100 * error:.1f}%)")
-        return Pick(rule=rule, trial_id=best.id, argmax_trial_id=best.id, error=error, within_error=within, note=note)
-    # never below the user's own layout when it fits (DESIGN §5): a wide error must not trade its speed away
-    own = [t for t in ok if t.origin.endswith("baseline")]
-    pool = [t for t in (best, *near) if not own or _tps(t) >= max(_tps(x) for x in own)]
+    own = own if own is not None and fits(own) else None
+    best = max(ok, key=lambda t: (tps(t), -t.id))
+    near = [t for t in ok if tps(t) >= tps(best) * (1 - error)]
+    within = len({t.config_key for t in near if t.config_key != best.config_key})
+    spread = f"the oracle's error (±{100 * error:.1f}%)"
+    if rule == "argmax" or len(near) == 1:
+        note = (f"the highest tokens/s/GPU; within {spread} of {within} other layout(s)" if within else
+                f"the highest tokens/s/GPU, clear of the others by more than {spread}")
+        return Pick(rule=rule, trial_id=best.id, argmax_trial_id=best.id, own_trial_id=own.id if own else None,
+                    error=error, within_error=within, note=note)
+    top_measured = max((tps(t) for t in ok if measured(t)), default=0.0)
+    floor = tps(own) if own is not None else 0.0
+    pool = [t for t in near if tps(t) >= floor and not (measured(t) and tps(t) < top_measured)]
+    pool = [t for t in pool if measured(t)] or pool
     room = max(_headroom(t) for t in pool)
     chosen = max((t for t in pool if _headroom(t) >= room - HEADROOM_TIE_GB),
-                 key=lambda t: (-exotic_knobs(t.config), _tps(t), -t.id))
-    if chosen.config_key == best.config_key:
-        note = (f"the highest projected tokens/s/GPU, also the most memory headroom ({_headroom(best):.1f} GiB) of the "
-                f"{within + 1} layouts within the oracle's error (±{100 * error:.1f}%)")
-    else:
-        note = (f"within the oracle's error (±{100 * error:.1f}%) of {within} other layout(s): "
-                f"picked trial {chosen.id} "
-                f"({_tps(chosen):,.1f} tokens/s/GPU, {_headroom(chosen):.1f} GiB headroom, "
-                f"{exotic_knobs(chosen.config)} stack-specific knob(s)) over the argmax, trial {best.id} "
-                f"({_tps(best):,.1f}, {_headroom(best):.1f} GiB, {exotic_knobs(best.config)}); "
-                "--pick argmax takes the argmax")
-    return Pick(rule=rule, trial_id=chosen.id, argmax_trial_id=best.id, error=error, within_error=within, note=note)
+                 key=lambda t: (-exotic_knobs(t.config), tps(t), -t.id))
+    why = (f"{within + 1} layouts are within {spread} of the best; of those at or above the user's own layout "
+           f"(trial {own.id}, {tps(own):,.1f})" if own is not None else
+           f"{within + 1} layouts are within {spread} of the best; of those")
+    why += ", measured first, then the most headroom, fewer stack-specific knobs, the faster"
+    note = (f"{_what(chosen)}: {why}" if chosen.id == best.id else
+            f"{_what(chosen)} over the argmax, {_what(best)}: {why}; --pick argmax takes the argmax")
+    return Pick(rule=rule, trial_id=chosen.id, argmax_trial_id=best.id, own_trial_id=own.id if own else None,
+                error=error, within_error=within, note=note)

@@ -107,10 +107,35 @@ def record_sweep(ledger: Ledger, run_id: int, result: SweepResult) -> list[int]:
     return ids
 
 
-def final_pick(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
-               rule: PickRule = "robust") -> tuple[TrialRecord | None, Pick | None]:
-    """(winner, why) among the run's fitting trials under the oracle's stated error for the family (`pick`)."""
-    chosen = pick(ledger.trials(run_id), uncertainty(workload.model, cluster.gpu).mape, rule)
+def own_trial(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec) -> TrialRecord:
+    """The run's trial of the workload's own layout: simulated when it fits, else its memory check; what the
+    run lacks of that is evaluated now, free (as the seed plan would, without spending its budget)."""
+    cfg = workload.effective()
+    hit = ledger.lookup(run_id, cfg.key, "simulate")
+    if hit is not None:
+        return hit
+    violations = layout_violations(workload, cluster, cfg)
+    checked = ledger.lookup(run_id, cfg.key, "memory_only") or ledger.record_trial(
+        run_id, cfg, evaluate_config(workload, cluster, cfg, performance=False, violations=violations),
+        fidelity="memory_only", wall_ms=0.0, origin="baseline")
+    if not (checked.legal and checked.fits):
+        return checked
+    result = evaluate_config(workload, cluster, cfg, performance=True, violations=violations)
+    record = ledger.record_trial(run_id, cfg, result, fidelity="simulate", wall_ms=0.0, origin="baseline")
+    return ledger.trial(run_id, record.id) if recalibrate(ledger, run_id, [record.id]) else record
+
+
+def final_pick(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, rule: PickRule = "robust",
+               fidelity: Fidelity | None = None) -> tuple[TrialRecord | None, Pick | None]:
+    """(winner, why) among the run's fitting trials (at `fidelity`, or any) under the oracle's stated error for
+    the family, never below the workload's own layout when it fits (`pick`; a run with trials gets its own
+    layout projected, free, if it has none); (None, None) for a run without trials."""
+    if not ledger.trial_count(run_id):
+        return None, None
+    own = own_trial(ledger, run_id, workload, cluster)
+    trials = [t for t in ledger.trials(run_id) if fidelity is None or t.fidelity == fidelity]
+    mine = next((t for t in trials if t.id == own.id), None)
+    chosen = pick(trials, uncertainty(workload.model, cluster.gpu).mape, rule, mine)
     return (ledger.trial(run_id, chosen.trial_id) if chosen else None), chosen
 
 

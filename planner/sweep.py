@@ -8,6 +8,11 @@ layout it does score, each point gets the memory pre-filter, then the same test 
 group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode), and is
 simulated only if it passes; once a group loses, its other points are skipped unchecked. The result
 equals scoring every fitting point, ties broken by config key.
+
+With `within` (the oracle's stated error, which the robust pick chooses within, `planner/pick.py`), the
+sweep ranks `KEEP` more points than the top-k and returns those of them within that share of the best
+beside the top-k: the robust pick then weighs up to k + KEEP layouts, not the top-k alone. KEEP bounds
+the cost where the stated error is wide (MoE on AMD: ±57 %, where most of the space is within it).
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ class SweepResult(BaseModel):
 
     space_size: every legal point. scored: points simulated. pruned: points a bound ruled out unsimulated
     (a whole layout, or a point whose FP8 / MoE dispatcher / overlap / DP sharding group lost). fits: points found to
-    fit in memory; a point is not checked once its layout or group is ruled out."""
+    fit in memory; a point is not checked once its layout or group is ruled out. top: the top-k, then the
+    other ranked points within `within` of the best."""
 
     space_size: int
     fits: int
@@ -53,6 +59,7 @@ class SweepResult(BaseModel):
     jobs: int
 
 
+KEEP = 500  # points ranked beyond the top-k when `within` is set, for the robust pick (module doc)
 Ranked = tuple[float, str, EffectiveConfig]  # (tokens/s/GPU, config key, config): tuple order = ranking
 _CTX: dict = {}
 T = TypeVar("T")
@@ -134,12 +141,14 @@ def _checked(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return step(*args, **kwargs)
 
 
-def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, jobs: int | None = None,
+def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: float = 0.0, jobs: int | None = None,
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    """The top-k of every legal point; `progress(done, total)` is called as layouts complete. A stopped caller
-    (`oracle.cancel`) ends it between layouts with `Cancelled`."""
+    """The top-k of every legal point, then those of the next `KEEP` within `within` of the best (module doc);
+    `progress(done, total)` is called as layouts complete. A stopped caller (`oracle.cancel`) ends it between
+    layouts with `Cancelled`."""
     start = time.perf_counter()
-    _init(workload, cluster, top_k)
+    ranks = top_k + (KEEP if within > 0 else 0)
+    _init(workload, cluster, ranks)
     # Bounds first, here: forked workers then start with the oracle's caches (and Origami's torch) warm.
     tasks = sorted(((x, _checked(_layout_bound, x)) for x in enumerate_layouts(workload, cluster)), key=lambda t: -t[1])
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
@@ -158,10 +167,12 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, jobs: in
         absorb(map(_score_layout, tasks))
     else:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, top_k)) as pool:
+        with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, ranks)) as pool:
             absorb(pool.imap_unordered(_score_layout, tasks, chunksize=max(1, len(tasks) // (jobs * 16))))
     space_size, fits, scored, pruned = counts
+    best = heapq.nlargest(ranks, ranked, key=lambda t: t[:2])
+    floor = (1 - within) * best[0][0] if best else 0.0
     top = [_checked(evaluate_config, workload, cluster, cfg, performance=True)
-           for _, _, cfg in heapq.nlargest(top_k, ranked, key=lambda t: t[:2])]
+           for i, (tps, _, cfg) in enumerate(best) if i < top_k or tps >= floor]
     return SweepResult(space_size=space_size, fits=fits, scored=scored, pruned=pruned, top=top,
                        wall_s=time.perf_counter() - start, jobs=jobs)

@@ -19,10 +19,10 @@ from paratune.ledger.models import Calibrated
 from paratune.ledger.store import Ledger
 from paratune.oracle.benchmark.gate import BenchmarkUnavailable, benchmark_device
 from paratune.oracle.errors import InputError
-from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.performance.uncertainty import uncertainty
 from paratune.oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
 
-from .explanation import Explanation, explain
+from .explanation import Explanation
 from .investigator.phase_types import InvestigationReport, InvestigatorOptions
 from .launch import LaunchPlan
 from .llm.selection import (
@@ -31,9 +31,11 @@ from .llm.selection import (
     dry_run_llm,
     resolve_llm,
 )
+from .measurements import Adopted, adopt
 from .pick import Pick, PickRule
-from .runs import final_pick, how_to_run, record_sweep, score_seed_plan, write_artifacts
+from .runs import record_sweep, score_seed_plan
 from .sweep import SweepResult, sweep
+from .verdict import verdict, write_verdict
 
 LLM_SHARE = 0.5  # with an LLM phase ahead, the seed plan leaves this share of the simulate budget to it
 
@@ -51,6 +53,7 @@ class TuneOptions(BaseModel):
     profiling_mode: Literal["simulate", "benchmark"] = "simulate"
     pick: PickRule = "robust"
     investigator: InvestigatorOptions = Field(default_factory=InvestigatorOptions)
+    calibration_from: Path | None = None  # another `paratune tune` folder whose measurements of this pair to use
     serve_args: tuple[str, ...] = ()  # the command line's search flags, handed to the `paratune serve` child
 
 
@@ -63,8 +66,10 @@ class TuneOutcome(BaseModel):
     winner_origin: str | None
     winner_calibrated: Calibrated | None
     pick: Pick | None
-    baseline: EvalResult = Field(description="the workload's own layout, simulated")
-    attribution: Explanation | None = Field(description="why the winner beats the baseline (planner/explanation.py)")
+    baseline: EvalResult = Field(description="the user's own layout (before any --fix), simulated")
+    attribution: Explanation = Field(description="why the winner beats the user's layout (planner/explanation.py)")
+    measurements_used: str = Field(description="which measurements of this model on this cluster the run uses")
+    workload_file: str = Field(description="the workload file the launch artifacts refer to")
     seed_best: float | None
     sweep_best: float | None
     seed_vs_sweep: float | None
@@ -148,14 +153,27 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
+def adopt_measurements(ledger: Ledger, run_id: int, folder: Path | None) -> Adopted:
+    """The run takes the measurements of its pair from its ledger's other runs, or from `folder`'s ledger."""
+    if folder is None:
+        return adopt(ledger, run_id)
+    path = folder / "ledger.sqlite"
+    if not path.is_file():
+        raise InputError("no ledger.sqlite in it: is it a `paratune tune` output folder?", file=str(folder),
+                         key="--calibration-from")
+    with Ledger(path) as source:
+        return adopt(ledger, run_id, source)
+
+
 def _scratchpad(ledger: Ledger, run_id: int) -> str:
     return "".join(f"[{n.created}] {n.author}: {n.text}\n" for n in ledger.notes(run_id))
 
 
 def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneOptions, *, workload_file: str,
          cluster_file: str, note: Callable[[str], None] = print,
-         progress: Callable[[int, int], None] | None = None) -> TuneOutcome:
-    """Run the search and write every artifact into `out_dir`."""
+         progress: Callable[[int, int], None] | None = None, own: TrialConfig | None = None) -> TuneOutcome:
+    """Run the search and write every artifact into `out_dir`; `own`: the user's layout before pins (default:
+    the workload's), which the pick never falls below and the explanation starts from."""
     llm = choose_llm(cluster, options)
     problem = options.investigator.sandbox_problem() if isinstance(llm, LLMConfig) else None
     if problem:
@@ -171,6 +189,8 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
     with Ledger(out_dir / "ledger.sqlite") as ledger:
         run = ledger.open_run(workload, cluster, resume=options.resume)
         note(f"run {run.id} in {out_dir / 'ledger.sqlite'}")
+        adopted = adopt_measurements(ledger, run.id, options.calibration_from)
+        note(adopted.line())
         perf_calls = (cluster.budget.max_benchmark_calls if options.profiling_mode == "benchmark"
                       else cluster.budget.max_perf_calls)
         reserve = int(perf_calls * LLM_SHARE) if isinstance(llm, LLMConfig) else 0
@@ -203,32 +223,32 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
         elif options.sweep and not options.seed_only and earlier:  # a finished sweep is not run (or recorded) twice
             note(f"sweep: run {run.id} already holds a finished sweep of {earlier[-1].space_size:,} points; kept")
         elif options.sweep and not options.seed_only:
-            swept = sweep(workload, cluster, top_k=options.top_k, jobs=options.jobs, progress=progress)
+            swept = sweep(workload, cluster, top_k=options.top_k, within=uncertainty(workload.model, cluster.gpu).mape,
+                          jobs=options.jobs, progress=progress)
             record_sweep(ledger, run.id, swept)
             timings["sweep_s"] = swept.wall_s
-        best, chosen = final_pick(ledger, run.id, workload, cluster, options.pick)
+        v = verdict(ledger, run.id, workload, cluster, own or TrialConfig(), options.pick, workload_file,
+                    str(out_dir))
+        best = v.winner
         trials = ledger.trials(run.id)
         ledger.set_status(run.id, "finished")
-        attribution = explain(workload, cluster, TrialConfig(), best.knobs) if best else None
         timings["total_s"] = time.perf_counter() - start
         last = earlier[-1] if earlier and swept is None else None
         sweep_best = (swept.top[0].tokens_per_s_per_gpu if swept and swept.top else
                       last.top_k[0]["tokens_per_s_per_gpu"] if last and last.top_k else None)
-        launch = how_to_run(best, workload, cluster, workload_file, str(out_dir))
         outcome = TuneOutcome(
             run_id=run.id, winner=best.result if best else None, winner_trial_id=best.id if best else None,
             winner_origin=best.origin if best else None, winner_calibrated=best.calibrated if best else None,
-            pick=chosen, baseline=attribution.baseline if attribution else evaluate_simulate(workload, cluster),
-            attribution=attribution, seed_best=seeds.best, sweep_best=sweep_best,
+            pick=v.pick, baseline=v.attribution.baseline, attribution=v.attribution, measurements_used=adopted.line(),
+            seed_best=seeds.best, sweep_best=sweep_best,
             seed_vs_sweep=seeds.best / sweep_best if seeds.best and sweep_best else None,
             space_size=swept.space_size if swept else last.space_size if last else None,
             sweep_fits=swept.fits if swept else last.fits if last else None,
             trials=len(trials), seed_trials=sum(t.origin.startswith("seed:") for t in trials),
             budget_exhausted=seeds.exhausted, llm_phase=status, hypotheses=report.hypotheses if report else [],
-            investigation=report, timings_s=timings, stack=cluster.stack_text, launch=launch,
+            investigation=report, timings_s=timings, stack=cluster.stack_text, launch=v.launch,
+            workload_file=workload_file,
         )
-        write_artifacts(out_dir, workload, cluster, trials, outcome.model_dump(mode="json"), launch,
-                        baseline=outcome.baseline, winner=best, measured=ledger.measurements(run.id),
-                        error=chosen.error if chosen else None)
+        write_verdict(out_dir, ledger, run.id, workload, cluster, v, outcome.model_dump(mode="json"))
         exports.write_text(out_dir / "scratchpad.txt", _scratchpad(ledger, run.id))
     return outcome

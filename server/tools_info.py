@@ -21,7 +21,8 @@ from paratune.oracle.specs import (
 )
 from paratune.planner.launch import LaunchPlan
 from paratune.planner.measurements import record
-from paratune.planner.runs import configured_llm, how_to_run
+from paratune.planner.pick import Pick
+from paratune.planner.runs import configured_llm, final_pick, how_to_run
 
 from .llm import LLMAnswer, ask_bounded
 from .paths import plain_text
@@ -64,6 +65,7 @@ class Best(BaseModel):
     result: EvalResult | None = Field(default=None, description="the raw projection")
     calibrated: Calibrated | None = Field(default=None, description="under the run's measurement factors")
     measured: list[Measurement] = Field(default_factory=list, description="what the cluster measured for it")
+    pick: Pick | None = Field(default=None, description="why it is the pick")
     stack: str | None = None
     launch: LaunchPlan | None = None
 
@@ -129,30 +131,35 @@ def tools(session: Session) -> list[Callable]:
                        omitted=omitted)
 
     async def get_best(fidelity: Literal["simulate", "benchmark"] | None = None) -> Best:
-        """The incumbent: the legal, fitting trial with the highest raw projected tokens/s/GPU (optionally at one
-        fidelity), with its calibrated projection and measurements when the run has them, the cluster's stack and
-        its launch (command and the files it reads). Free. found=false when nothing has been simulated yet."""
+        """The run's pick, as export_best picks it (robust: a measured layout ranks by its measurement, the rest
+        by their projections calibrated to the measurements; never below the workload's own layout), optionally
+        among one fidelity's trials, with its raw projection, calibrated or measured figures, its measurements,
+        the pick's reason, the cluster's stack and its launch (command and the files it reads). Free.
+        found=false when nothing legal that fits has been simulated yet."""
         a = session.active
-        best = session.ledger.best(a.run.id, fidelity)
+        best, chosen = final_pick(session.ledger, a.run.id, a.workload, a.cluster, fidelity=fidelity)
         if best is None:
             return Best(found=False)
         measured = [m for m in session.ledger.measurements(a.run.id) if m.trial_id == best.id]
         return Best(found=True, trial_id=best.id, origin=best.origin, result=best.result, calibrated=best.calibrated,
-                    measured=measured, stack=a.cluster.stack_text,
+                    measured=measured, pick=chosen, stack=a.cluster.stack_text,
                     launch=how_to_run(best, a.workload, a.cluster, a.workload_file))
 
     async def record_measurement(
             trial_id: Annotated[int, Field(ge=1, description="the measured trial (of the active run)")],
-            tokens_per_s_per_gpu: Annotated[float, Field(gt=0, description="what the cluster measured")],
-            peak_memory_gib: Annotated[float | None, Field(gt=0, description="measured peak per GPU")] = None,
+            tokens_per_s_per_gpu: Annotated[float, Field(gt=0, allow_inf_nan=False,
+                                                         description="what the cluster measured")],
+            peak_memory_gib: Annotated[float | None, Field(gt=0, allow_inf_nan=False,
+                                                           description="measured peak per GPU, GiB")] = None,
             note: Annotated[str, Field(max_length=2000)] = "") -> Recorded:
         """Record what the user's cluster measured for a trial of the active run (trial_id from an evaluation or
-        get_history): tokens_per_s_per_gpu, optionally peak_memory_gib per GPU. Stored in the ledger (source
-        measured); the run's correction factors are refitted from all its measurements (one time factor, or two:
-        compute and communication/bubble/optimizer, when the measured layouts differ in that mix; one
-        activation-memory factor from measured peaks) and every projection of the run then carries `calibrated`
-        beside its raw value. Returns the measurement, the factors with how they were fitted, and the trial raw
-        and calibrated."""
+        get_history): tokens_per_s_per_gpu, optionally peak_memory_gib per GPU; refused when not finite, not above 0,
+        above the layout's rate at the GPU's dense peak, or above the GPU's HBM. A layout the oracle projected not
+        to fit is accepted (it ran). Stored in the ledger (source measured); the measured layout then ranks by its
+        measurement, and every other projection of the run carries `calibrated` beside its raw value (one time
+        factor: the median of measured/projected iterations; one activation-memory factor from measured peaks;
+        residuals per measured trial). get_best and export_best follow. Returns the measurement, the factors with
+        how they were fitted, and the trial raw and as measured."""
         run_id = session.active.run.id
         m, f, trial = record(session.ledger, run_id, trial_id, tokens_per_s_per_gpu, peak_memory_gib, note)
         return Recorded(measurement=m, factors=f, trial_id=trial.id, raw=trial.result, calibrated=trial.calibrated)

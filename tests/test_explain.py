@@ -10,12 +10,21 @@ import subprocess
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
+from rich.console import Console
 
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.memory.estimate import NON_GIB_KEYS
-from paratune.oracle.specs import TrialConfig
-from paratune.planner.explanation import MEMORY_GROUPS, TIME_TERMS, explain, knob_changes
+from paratune.oracle.specs import EvalResult, TrialConfig
+from paratune.planner.explanation import (
+    MEMORY_GROUPS,
+    TIME_TERMS,
+    Explanation,
+    Step,
+    explain,
+    knob_changes,
+    short_text,
+)
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE
@@ -110,3 +119,32 @@ def test_explain_of_a_run_goes_to_its_pick(tmp_path):
     assert (x["winner"]["config_key"] == summary["winner"]["config_key"]
             == summary["attribution"]["winner"]["config_key"])
     assert x["steps"] == summary["attribution"]["steps"]
+
+
+def _result(tps: float, memory: float, fits: bool = True) -> EvalResult:
+    return EvalResult(legal=True, fits=fits, tokens_per_s_per_gpu=tps, memory_per_gpu_gb=memory, memory_cap_gb=76.0,
+                      source="simulate")
+
+
+def _step(knobs: dict, was: dict, tps: float, memory: float, delta: float, freed: float, **flags) -> Step:
+    return Step(knobs=knobs, was=was, legal=True, fits=memory <= 76.0, tokens_per_s_per_gpu=tps,
+                memory_per_gpu_gb=memory, delta_tokens_per_s_per_gpu=delta, delta_memory_gb=freed,
+                alone_delta_tokens_per_s_per_gpu=delta, **flags)
+
+
+def test_every_steps_verdict_is_plain_text_and_negligible_steps_leave_the_path():
+    """The issue's path: "ep 16->1: +42.6 %" was scored on a 176.5 GiB layout and printed without its verdict
+    (rich read " [does not fit]" as markup); "etp 1->2 +0.0" was listed as a step."""
+    x = Explanation(baseline=_result(1000.0, 60.0), winner=_result(1430.0, 70.0), delta_tokens_per_s_per_gpu=430.0,
+                    delta_memory_gb=10.0, time_terms_ms=[], memory_terms_gb=[], steps=[
+                        _step({"ep": 1}, {"ep": 16}, 1426.0, 176.5, 426.0, 116.5),
+                        _step({"etp": 2}, {"etp": 1}, 1426.0, 176.5, 0.0, 0.0, negligible=True),
+                        _step({"tp": 8}, {"tp": 4}, 1430.0, 70.0, 4.0, -106.5, pinned=True)])
+    console = Console(markup=False, highlight=False, record=True, width=400)  # as `tune` prints
+    console.print("\n".join(short_text(x)))
+    text = console.export_text()
+    assert "ep: 16 -> 1: +426.0 (+42.6%), memory +116.5 GiB, does not fit: 176.5 GiB per GPU" in text
+    assert "tp: 4 -> 8 (pinned): +4.0 (+0.4%)" in text and ", fits;" in text
+    assert "  etp: 1 -> 2:" not in text
+    assert "also changed, each under 0.5% with no memory freed: etp: 1 -> 2" in text
+

@@ -4,6 +4,9 @@ against hand derivations."""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import sqlite3
 import subprocess
 
@@ -13,45 +16,73 @@ from mcp import Client, StdioServerParameters
 
 from paratune.ledger import Ledger
 from paratune.ledger import schema as ledger_schema
-from paratune.ledger.models import Measurement
+from paratune.ledger.models import Measurement, TrialRecord
+from paratune.oracle.errors import InputError
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.specs import EvalResult, TrialConfig
-from paratune.planner.measurements import calibrate, fit
+from paratune.planner.measurements import adopt, as_measured, calibrate, check_figures, fit, record
 
+from .conftest import EXAMPLES
 from .test_server_common import PARATUNE, in_process, portal_client, small_inputs
 
 
-def _result(compute: float, other: float, tokens: float, memory: float = 50.0, act: float = 20.0) -> EvalResult:
-    return EvalResult(legal=True, fits=True, iteration_ms=compute + other, tokens_per_s_per_gpu=tokens,
-                      memory_per_gpu_gb=memory, activation_gb=act, memory_cap_gb=80.0, source="simulate",
-                      breakdown={"time_compute_ms": compute, "time_recompute_ms": 0.0})
-
-
-def _measured(tokens: float, peak: float | None = None, trial: int = 1) -> Measurement:
-    return Measurement(id=trial, run_id=1, trial_id=trial, tokens_per_s_per_gpu=tokens, peak_memory_gib=peak, note="",
+def _trial(i: int, compute: float, other: float, tokens: float, memory: float = 50.0, act: float = 20.0,
+           fits: bool = True) -> TrialRecord:
+    r = EvalResult(legal=True, fits=fits, iteration_ms=compute + other, tokens_per_s_per_gpu=tokens,
+                   memory_per_gpu_gb=memory, activation_gb=act, memory_cap_gb=80.0, source="simulate", mfu=0.5,
+                   breakdown={"time_compute_ms": compute, "time_recompute_ms": 0.0})
+    return TrialRecord(id=i, run_id=1, config_key=f"k{i}", config={}, fidelity="simulate", result=r, legal=True,
+                       fits=fits, tokens_per_s_per_gpu=tokens, memory_per_gpu_gb=memory, wall_ms=0.0, origin="t",
                        created="now")
 
 
-def test_two_measurements_of_different_mix_recover_two_time_factors():
-    # by hand: measured iteration = 1.2 x compute + 0.5 x other; tokens/s scale inversely with the iteration
-    a, b = 1.2, 0.5
-    r1, r2 = _result(800.0, 200.0, 1000.0), _result(500.0, 500.0, 1000.0)
-    m1 = _measured(1000.0 * 1000.0 / (a * 800 + b * 200), peak=58.0)  # peak: 30 static + 1.4 x 20 activations
-    m2 = _measured(1000.0 * 1000.0 / (a * 500 + b * 500), trial=2)
-    f = fit([(r1, m1), (r2, m2)])
-    assert (f.compute, f.other) == (pytest.approx(a), pytest.approx(b)) and "two time factors" in f.fit
-    assert f.activations == pytest.approx(1.4)
-    c = calibrate(_result(600.0, 400.0, 2000.0), f)  # a third layout: 600 x 1.2 + 400 x 0.5 = 920 ms
-    assert c.iteration_ms == pytest.approx(920.0) and c.tokens_per_s_per_gpu == pytest.approx(2000.0 * 1000 / 920)
+def _measured(tokens: float, peak: float | None = None, trial: int = 1) -> list[Measurement]:
+    return [Measurement(id=trial, run_id=1, trial_id=trial, tokens_per_s_per_gpu=tokens, peak_memory_gib=peak,
+                        note="", created="now")]
+
+
+def test_one_bad_measurement_does_not_move_the_factor_and_its_residual_shows():
+    # by hand: two layouts ran 20 % slower than projected (iteration x 1.25), a third 3x slower (a bad run);
+    # the median of the three iteration ratios (1.25, 1.25, 3.0) is 1.25
+    t1, t2, t3 = _trial(1, 800.0, 200.0, 1000.0), _trial(2, 500.0, 500.0, 1200.0), _trial(3, 600.0, 400.0, 900.0)
+    f = fit([(t1, _measured(800.0, peak=58.0)), (t2, _measured(960.0, trial=2)), (t3, _measured(300.0, trial=3))])
+    assert f.compute == f.other == pytest.approx(1.25) and "one time factor" in f.fit and "median of 3" in f.fit
+    # residual = measured / calibrated - 1: 300 / (900 / 1.25) - 1 = -58.3 %; the others 0
+    assert f.residuals == {1: pytest.approx(0.0), 2: pytest.approx(0.0), 3: pytest.approx(300 / 720 - 1)}
+    assert "#3 -58.3%" in f.fit
+    assert f.activations == pytest.approx(1.4)  # peak 58 = 30 static + 1.4 x 20 activations
+    c = calibrate(_trial(4, 600.0, 400.0, 2000.0).result, f)  # a fourth layout: 1000 ms x 1.25
+    assert c.iteration_ms == pytest.approx(1250.0) and c.tokens_per_s_per_gpu == pytest.approx(1600.0)
     assert c.memory_per_gpu_gb == pytest.approx(50.0 + 0.4 * 20.0) and c.fits
+    # two measurements that differ in mix (the issue's "communication 38 % cheaper" case) still give one factor:
+    # the geometric mean of the two iteration ratios, 1000/800 and 1200/1000
+    two = fit([(t1, _measured(800.0)), (t2, _measured(1000.0, trial=2))])
+    assert two.compute == two.other == pytest.approx((1.25 * 1.2) ** 0.5) and two.activations == 1.0
+    assert fit([]) is None
 
 
-def test_alike_mixes_give_one_factor_and_no_measurement_gives_none():
-    r1, r2 = _result(800.0, 200.0, 1000.0), _result(801.0, 199.0, 1000.0)
-    f = fit([(r1, _measured(800.0)), (r2, _measured(900.0, trial=2))])
-    assert f.compute == f.other == pytest.approx((1000 / 800 * 1000 / 900) ** 0.5) and "one time factor" in f.fit
-    assert f.activations == 1.0 and fit([]) is None
+def test_a_layout_that_ran_although_projected_not_to_fit_is_accepted_and_says_so():
+    over = _trial(1, 800.0, 200.0, 1000.0, memory=90.0, act=40.0, fits=False)
+    measured = _measured(1000.0, peak=70.0)
+    f = fit([(over, measured)])
+    assert f.activations == pytest.approx((70.0 - 50.0) / 40.0)  # the disagreement calibrates memory
+    assert "ran although projected not to fit: #1 (90.0 GiB projected, cap 80.0)" in f.fit
+    shown = as_measured(over, measured, f)
+    assert shown.measured and shown.fits and shown.memory_per_gpu_gb == 70.0 and shown.tokens_per_s_per_gpu == 1000.0
+
+
+@pytest.mark.parametrize(("tokens", "peak", "key"), [
+    (math.inf, None, "tokens_per_s_per_gpu"), (math.nan, None, "tokens_per_s_per_gpu"),
+    (0.0, None, "tokens_per_s_per_gpu"),
+    (2001.0, None, "tokens_per_s_per_gpu"),  # projected 1,000 at MFU 0.5: the dense peak gives 2,000
+    (1000.0, 500.0, "peak_memory_gib"), (1000.0, math.inf, "peak_memory_gib")])
+def test_figures_no_run_can_produce_are_refused(tokens, peak, key):
+    cluster = load_cluster(EXAMPLES / "clusters" / "h100-8n.yaml")  # 80 GB of HBM per GPU
+    with pytest.raises(InputError) as err:
+        check_figures(_trial(1, 800.0, 200.0, 1000.0).result, cluster, tokens, peak)
+    assert err.value.key == key
+    check_figures(_trial(1, 800.0, 200.0, 1000.0).result, cluster, 2000.0, 80.0)  # at the bounds: accepted
 
 
 def _tuned(tmp_path):
@@ -72,7 +103,7 @@ def test_cli_measurement_calibrates_the_next_projection_of_a_neighbouring_layout
                            "--tokens-per-s-per-gpu", str(tokens), "--peak-memory-gib",
                            str(measured.memory_per_gpu_gb)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "one time factor" in done.stdout and "calibrated" in done.stdout
+    assert "one time factor" in done.stdout and "calibration:" in done.stdout
     # a neighbouring layout (another micro-batch), projected over MCP on the same run after the measurement
     params = StdioServerParameters(command=PARATUNE, args=["serve", "--workload", str(workload_file),
                                                            "--target-cluster", str(cluster_file),
@@ -150,3 +181,73 @@ def test_a_v2_ledger_gains_measurements_and_llm_outcomes_and_keeps_its_trials(tm
     raw = sqlite3.connect(path)
     assert raw.execute("PRAGMA user_version").fetchone()[0] == 4
     raw.close()
+
+
+def test_measuring_the_recipe_above_the_pick_makes_the_recipe_the_pick_in_summary_and_over_mcp(tmp_path):
+    """The issue's scenario, Llama 3 70B on 64 H100: the oracle picks a layout over the recipe (the workload's
+    own layout); the cluster measures the pick at 1,600 tokens/s/GPU and the recipe at 1,664. The pick is then
+    the recipe, in summary.json (rewritten by `paratune measure`) and in get_best over MCP. Figures no run can
+    produce exit 2 and store nothing."""
+    workload, cluster, out = EXAMPLES / "workloads" / "llama3-70b-h100.yaml", EXAMPLES / "clusters" / "h100-8n.yaml", \
+        tmp_path / "run"
+    subprocess.run([PARATUNE, "tune", "--workload", str(workload), "--target-cluster", str(cluster), "--out-dir",
+                    str(out), "--seed-only", "--seed-budget", "30"], capture_output=True, text=True, timeout=300,
+                   check=True)
+    before = json.loads((out / "summary.json").read_text())
+    recipe, pick = before["pick"]["own_trial_id"], before["winner_trial_id"]
+    assert recipe is not None and pick != recipe  # projected above the recipe
+
+    def measure(trial: int, tokens: str, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run([PARATUNE, "measure", "--out-dir", str(out), "--trial", str(trial),
+                               "--tokens-per-s-per-gpu", tokens, *extra], capture_output=True, text=True, timeout=120)
+
+    for args, key in ((("inf",), "tokens_per_s_per_gpu"), (("1600", "--peak-memory-gib", "500"), "peak_memory_gib"),
+                      (("160000",), "tokens_per_s_per_gpu")):  # 100x: above the H100's dense peak
+        bad = measure(pick, *args)
+        assert bad.returncode == 2 and key in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
+    assert measure(pick, "1600").returncode == 0
+    done = measure(recipe, "1664")
+    assert done.returncode == 0 and f"pick now trial {recipe}" in done.stdout, done.stdout + done.stderr
+    after = json.loads((out / "summary.json").read_text())
+    assert after["winner_trial_id"] == recipe and after["winner_calibrated"]["measured"]
+    assert after["winner_calibrated"]["tokens_per_s_per_gpu"] == pytest.approx(1664.0)
+    assert [m["tokens_per_s_per_gpu"] for m in after["measurements"]] == [1600.0, 1664.0]  # the refused: not stored
+    params = StdioServerParameters(command=PARATUNE, args=["serve", "--workload", str(workload), "--target-cluster",
+                                                           str(cluster), "--ledger", str(out / "ledger.sqlite")],
+                                   env=dict(os.environ))  # the server imports what this process imports
+
+    async def best():
+        async with Client(params) as client:
+            return await client.call_tool("get_best", {})
+
+    got = anyio.run(best).structured_content
+    assert got["trial_id"] == recipe and got["calibrated"]["measured"]
+    assert [m["tokens_per_s_per_gpu"] for m in got["measured"]] == [1664.0]
+
+
+def test_measurements_carry_into_a_new_run_of_the_same_model_and_cluster_and_say_so(tmp_path):
+    workload_file, cluster_file = small_inputs(tmp_path / "inputs")
+    w, c = load_workload(workload_file), load_cluster(cluster_file)
+    with Ledger(tmp_path / "a.sqlite") as led:
+        first = led.open_run(w, c)
+        trial = led.record_trial(first.id, w.effective(), evaluate_simulate(w, c), fidelity="simulate", wall_ms=0.0,
+                                 origin="baseline")
+        record(led, first.id, trial.id, 0.8 * trial.tokens_per_s_per_gpu, note="job 1")
+        # a new run of the same model on the same cluster, with another batch: same pair, so the measurement counts
+        other = w.model_copy(update={"training": w.training.model_copy(update={"global_batch_size": 16})})
+        second = led.open_run(other, c, resume=False)
+        got = adopt(led, second.id)
+        assert (got.found, got.used) == (1, 1) and got.line().startswith("measurements: using 1 of 1")
+        [m] = led.measurements(second.id)
+        copied = led.trial(second.id, m.trial_id)
+        assert copied.config_key == trial.config_key and m.tokens_per_s_per_gpu == 0.8 * trial.tokens_per_s_per_gpu
+        assert copied.calibrated.measured and f"run {first.id} measurement" in m.note and m.note.endswith("job 1")
+        assert adopt(led, second.id).used == 1 and len(led.measurements(second.id)) == 1  # not copied twice
+        # another cluster (four GPUs, not two) is another pair
+        bigger = c.model_copy(update={"gpus_per_node": 4})
+        third = led.open_run(w, bigger, resume=False)
+        assert adopt(led, third.id).found == 0
+        # --calibration-from: the same measurement read from another tune folder's ledger
+        with Ledger(tmp_path / "b.sqlite") as fresh:
+            run = fresh.open_run(w, c)
+            assert adopt(fresh, run.id, led).used == 1 and len(fresh.measurements(run.id)) == 1

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from paratune.calibration.rows import load_rows, project, setup
-from paratune.ledger.models import TrialRecord
+from paratune.ledger.models import Calibrated, Factors, TrialRecord
 from paratune.oracle.catalog import gpu
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.performance.uncertainty import UNCERTAINTY_FILE, family_name, uncertainty
@@ -34,9 +34,36 @@ def test_within_the_error_the_layout_with_more_headroom_wins():
     argmax, roomy = trial(1, 1010.0, 72.0), trial(2, 1000.0, 60.0)
     chosen = pick([argmax, roomy], 0.05)
     assert (chosen.trial_id, chosen.argmax_trial_id, chosen.within_error) == (2, 1, 1)
-    assert "within the oracle's error (±5.0%) of 1 other layout(s)" in chosen.note
+    assert "2 layouts are within the oracle's error (±5.0%)" in chosen.note
     raw = pick([argmax, roomy], 0.05, "argmax")
     assert raw.trial_id == 1 and "within the oracle's error (±5.0%) of 1 other" in raw.note
+
+
+def measured_at(t: TrialRecord, tokens: float) -> TrialRecord:
+    one = Factors(compute=1.0, other=1.0, activations=1.0, measurements=1, fit="test")
+    return t.model_copy(update={"calibrated": Calibrated(tokens_per_s_per_gpu=tokens, iteration_ms=1.0,
+                                                         memory_per_gpu_gb=t.memory_per_gpu_gb, fits=True,
+                                                         factors=one, measured=True)})
+
+
+def test_the_pick_never_falls_below_the_users_layout():
+    # the Llama 3 70B case: the roomier layout projects 1,020, the user's own 1,035, both within 5 %
+    own, roomy = trial(1, 1035.0, 70.0), trial(2, 1020.0, 50.0)
+    assert pick([own, roomy], 0.05).trial_id == 2  # without the floor, headroom wins
+    chosen = pick([own, roomy], 0.05, own=own)
+    assert (chosen.trial_id, chosen.own_trial_id) == (1, 1) and "user's own layout (trial 1, 1,035.0)" in chosen.note
+    # a user's layout that does not fit sets no floor
+    assert pick([trial(1, 1035.0, 120.0), roomy], 0.05, own=trial(1, 1035.0, 120.0)).trial_id == 2
+
+
+def test_a_measured_layout_ranks_by_its_measurement_and_beats_projections_within_the_error():
+    # the scenario: the pick (#2) measured 1,600, the recipe (#1) 1,664; #3 projects 1,700 (within 5 %
+    # of 1,664, so no better known than the measured recipe) with the most headroom
+    recipe, old_pick, other = trial(1, 1531.0, 70.0), trial(2, 1740.0, 50.0), trial(3, 1700.0, 40.0)
+    chosen = pick([measured_at(recipe, 1664.0), measured_at(old_pick, 1600.0), other], 0.05)
+    assert (chosen.trial_id, chosen.argmax_trial_id) == (1, 3) and "1,664.0 tokens/s/GPU measured" in chosen.note
+    # a projection clear of the measured best by more than the error still wins
+    assert pick([measured_at(recipe, 1664.0), trial(3, 1800.0, 40.0)], 0.05).trial_id == 3
 
 
 def test_outside_the_error_the_argmax_stands_and_ties_go_to_fewer_stack_specific_knobs():

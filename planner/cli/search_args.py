@@ -46,7 +46,11 @@ def constraints_from_args(args: argparse.Namespace) -> SearchConstraints:
     """The constraints the command line states (empty when it states none); `--allow` values are a
     comma-separated YAML sequence, so a list value is written in brackets
     (`--allow recompute_modules=[core_attn,mlp],[mlp]`)."""
-    fix = {k: _yaml(v, "--fix") for k, v in (_pair(t, "--fix") for t in args.fix)}
+    fix: dict[str, object] = {}
+    for knob, value in (_pair(t, "--fix") for t in args.fix):
+        if knob in fix:
+            raise InputError(f"{knob} is pinned twice ({fix[knob]} and {value}): pin it once", key="--fix")
+        fix[knob] = _yaml(value, "--fix")
     allow: dict[str, tuple] = {}
     for knob, values in (_pair(t, "--allow") for t in args.allow):
         if knob in allow:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from paratune.oracle.inputs import load_cluster, load_workload
 from ..explanation import short_text
 from ..investigator.phase_types import InvestigatorOptions
 from ..llm.env_file import EnvFileError, load_env_file
+from ..pins import check_pins, no_layout_error
 from ..tune_run import TuneOptions, tune
 from .search_args import add_search_arguments, search_argv, with_search_args
 
@@ -42,6 +44,9 @@ def register(verbs: argparse._SubParsersAction) -> None:
                    help="max seed simulate calls (default: the cluster's max_perf_calls, half of it when the LLM "
                         "phase runs)")
     p.add_argument("--resume", action="store_true", help="continue the open run in --out-dir's ledger")
+    p.add_argument("--calibration-from", metavar="DIR",
+                   help="also use the measurements of this model on this cluster in another tune folder's ledger "
+                        "(those in --out-dir's ledger are always used)")
     p.add_argument("--dry-run", action="store_true",
                    help="LLM phase with a scripted LM on the real tools: checks an install offline, with no key")
     p.add_argument("--jobs", type=int, help="sweep worker processes (default: all cores)")
@@ -85,7 +90,9 @@ def _run(args: argparse.Namespace) -> int:
     if env_file is not None:
         console.print(f"LLM settings read from {env_file} (the environment wins over it)", highlight=False)
     cluster = with_search_args(load_cluster(args.target_cluster), args)
-    workload = pinned(load_workload(args.workload), cluster)
+    own = load_workload(args.workload)
+    check_pins(own, cluster)
+    workload = pinned(own, cluster)
     investigator = InvestigatorOptions(agent_loop=args.agent_loop, rounds=args.rounds,
                                        calls_per_round=args.calls_per_round, patience=args.patience,
                                        allow_local_interpreter=args.allow_local_interpreter,
@@ -94,33 +101,40 @@ def _run(args: argparse.Namespace) -> int:
     options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
                           resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
                           profiling_mode=args.profiling_mode, pick=args.pick, investigator=investigator,
+                          calibration_from=Path(args.calibration_from) if args.calibration_from else None,
                           serve_args=tuple(search_argv(args)))
     with Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task("sweep", total=None)
         outcome = tune(workload, cluster, Path(args.out_dir), options, workload_file=args.workload,
                        cluster_file=args.target_cluster, note=lambda line: console.print(line, highlight=False),
-                       progress=lambda done, total: bar.update(task, completed=done, total=total))
-    out = Console()
+                       progress=lambda done, total: bar.update(task, completed=done, total=total),
+                       own=own.effective().as_trial())
     if outcome.winner is None:
-        out.print("no legal layout that fits was found")
-        return 0
+        if cluster.search.fix:
+            raise no_layout_error(own, cluster)
+        print("no legal layout that fits was found", file=sys.stderr)
+        return 1
+    out = Console(highlight=False, markup=False)  # plain text: verdicts such as "does not fit" must not read as markup
     w = outcome.winner
     error = f" ±{100 * w.error:.1f}%" if w.error is not None else ""
-    out.print(f"[bold]winner[/] (trial {outcome.winner_trial_id}, {outcome.winner_origin}): "
-              f"{w.tokens_per_s_per_gpu:,.1f}{error} tokens/s/GPU, {w.memory_per_gpu_gb:.1f} GiB of "
+    out.print(f"winner (trial {outcome.winner_trial_id}, {outcome.winner_origin}): "
+              f"{w.tokens_per_s_per_gpu:,.1f}{error} tokens/s/GPU projected, {w.memory_per_gpu_gb:.1f} GiB of "
               f"{w.memory_cap_gb:.1f} GiB per GPU")
+    c = outcome.winner_calibrated
+    if c is not None and c.tokens_per_s_per_gpu is not None:
+        out.print(f"  {'measured' if c.measured else 'calibrated'}: {c.tokens_per_s_per_gpu:,.1f} tokens/s/GPU "
+                  f"({c.factors.fit})")
     if outcome.pick:
-        out.print(f"pick ({outcome.pick.rule}): {outcome.pick.note}", highlight=False)
-    if outcome.attribution:
-        out.print("\n".join(short_text(outcome.attribution)), highlight=False)
+        out.print(f"pick ({outcome.pick.rule}): {outcome.pick.note}")
+    out.print("\n".join(short_text(outcome.attribution)))
     if outcome.sweep_best:
         out.print(f"seed best {outcome.seed_best:,.1f} = {outcome.seed_vs_sweep:.1%} of the sweep optimum "
                   f"{outcome.sweep_best:,.1f} over {outcome.space_size:,} legal points")
-    out.print(f"stack: {outcome.stack}", highlight=False)
+    out.print(f"stack: {outcome.stack}")
     if outcome.launch:
-        out.print(outcome.launch.command, highlight=False, soft_wrap=True)
+        out.print(outcome.launch.command, soft_wrap=True)
     files = " ".join(outcome.launch.files) if outcome.launch else ""
     out.print(f"artifacts in {args.out_dir}: ledger.sqlite trials.jsonl summary.json scratchpad.txt trials.png "
-              f"breakdown.png trials/ launch.sh {files}".rstrip(), highlight=False)
+              f"breakdown.png trials/ launch.sh {files}".rstrip())
     return 0
