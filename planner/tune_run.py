@@ -214,7 +214,7 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
         last = earlier[-1] if earlier and swept is None else None
         sweep_best = (swept.top[0].tokens_per_s_per_gpu if swept and swept.top else
                       last.top_k[0]["tokens_per_s_per_gpu"] if last and last.top_k else None)
-        launch = how_to_run(best, workload, cluster, workload_file, str(out_dir))
+        launch = how_to_run(best, workload, cluster, workload_file)
         outcome = TuneOutcome(
             run_id=run.id, winner=best.result if best else None, winner_trial_id=best.id if best else None,
             winner_origin=best.origin if best else None, winner_calibrated=best.calibrated if best else None,

@@ -107,7 +107,7 @@ def _apply_aliases(args: dict[str, Any], file: str) -> dict[str, Any]:
     return out
 
 
-def _split(args: dict[str, Any], *, file: str, name: str, stack: str) -> Workload:
+def _split(args: dict[str, Any], *, file: str, name: str, stack: str, primus_root: Path | None = None) -> Workload:
     """Divide one flat argument mapping into model and training parts and validate both; a real stack
     argument that is not modelled is kept aside by name, anything else is an unknown key. Values are
     first read as Megatron-LM reads them (`megatron_values`), with a note for each deprecated one."""
@@ -128,7 +128,8 @@ def _split(args: dict[str, Any], *, file: str, name: str, stack: str) -> Workloa
     model = build(ModelArch, _null_means_default(model_args, ModelArch), file=file)
     training = build(TrainingArgs, _null_means_default(training_args, TrainingArgs), file=file)
     return Workload(name=Path(file).stem, model=model, training=training, stack=stack,
-                    not_modelled=tuple(sorted(set(not_modelled) - OWN_KEYS)), notes=tuple(notes))
+                    not_modelled=tuple(sorted(set(not_modelled) - OWN_KEYS)), notes=tuple(notes),
+                    primus_root=str(primus_root) if primus_root else None)
 
 
 def _null_means_default(args: dict[str, Any], spec: type[ModelArch] | type[TrainingArgs]) -> dict[str, Any]:
@@ -209,7 +210,7 @@ def _primus(path: Path, primus_root: str | None, stack: str) -> Workload:
         merged = resolved.args
         name = resolved.model_chain[-1].stem if resolved.model_chain else Path(ref).stem
     _refuse_lora(merged, module, file)
-    return _split(merged, file=file, name=name, stack=stack)
+    return _split(merged, file=file, name=name, stack=stack, primus_root=root)
 
 
 def load_workload(path: str | Path, *, primus_root: str | None = None, stack: str | None = None,

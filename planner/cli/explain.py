@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from paratune.oracle.constraints import pinned
 from paratune.oracle.errors import InputError
-from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.inputs import load_cluster
 from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
 
 from ..explanation import explain, short_text
@@ -14,11 +13,12 @@ from ..runs import final_pick
 from .run_dir import add_run_arguments, open_run_ledger
 from .search_args import add_search_arguments, with_search_args
 from .trial_args import trial_from_args
+from .workload_args import add_workload_arguments, print_reading, workload_from_args
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("explain", help="the single-knob path from a baseline layout to a winner, and their term diff")
-    p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
+    add_workload_arguments(p)
     p.add_argument("--target-cluster", required=True, help="target cluster YAML")
     p.add_argument("--from", dest="from_config", metavar="CONFIG",
                    help="baseline layout (the forms --config takes); default: the workload's own layout")
@@ -43,7 +43,8 @@ def pick_of_run(out_dir: str, run: int | None, workload: Workload, cluster: Clus
 
 def _run(args: argparse.Namespace) -> int:
     cluster = with_search_args(load_cluster(args.target_cluster), args)
-    workload = pinned(load_workload(args.workload), cluster)
+    workload = workload_from_args(args, cluster)
+    print_reading(workload)
     baseline = trial_from_args(args.from_config, None, workload) if args.from_config else TrialConfig()
     if args.to_config:
         winner = trial_from_args(args.to_config, None, workload)

@@ -9,15 +9,15 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from paratune.oracle.constraints import pinned
 from paratune.oracle.errors import InputError
-from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.inputs import load_cluster
 
 from ..explanation import short_text
 from ..investigator.phase_types import InvestigatorOptions
 from ..llm.env_file import EnvFileError, load_env_file
 from ..tune_run import TuneOptions, tune
 from .search_args import add_search_arguments, search_argv, with_search_args
+from .workload_args import add_workload_arguments, primus_root_argv, reading_lines, workload_from_args
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -33,7 +33,7 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("tune", help="seed plan, LLM investigator, sweep and artifacts for one workload on one "
                                       "cluster")
-    p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
+    add_workload_arguments(p)
     p.add_argument("--target-cluster", required=True, help="target cluster YAML")
     p.add_argument("--out-dir", required=True, help="folder for ledger.sqlite and the artifacts")
     p.add_argument("--seed-only", action="store_true", help="stop after the seed plan")
@@ -85,7 +85,9 @@ def _run(args: argparse.Namespace) -> int:
     if env_file is not None:
         console.print(f"LLM settings read from {env_file} (the environment wins over it)", highlight=False)
     cluster = with_search_args(load_cluster(args.target_cluster), args)
-    workload = pinned(load_workload(args.workload), cluster)
+    workload = workload_from_args(args, cluster)
+    for line in reading_lines(workload):
+        console.print(line, highlight=False, soft_wrap=True)
     investigator = InvestigatorOptions(agent_loop=args.agent_loop, rounds=args.rounds,
                                        calls_per_round=args.calls_per_round, patience=args.patience,
                                        allow_local_interpreter=args.allow_local_interpreter,
@@ -94,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
                           resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
                           profiling_mode=args.profiling_mode, pick=args.pick, investigator=investigator,
-                          serve_args=tuple(search_argv(args)))
+                          serve_args=(*search_argv(args), *primus_root_argv(args)))
     with Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task("sweep", total=None)
@@ -119,6 +121,8 @@ def _run(args: argparse.Namespace) -> int:
                   f"{outcome.sweep_best:,.1f} over {outcome.space_size:,} legal points")
     out.print(f"stack: {outcome.stack}", highlight=False)
     if outcome.launch:
+        out.print(f"launch, from {outcome.launch.where}: bash {(Path(args.out_dir) / 'launch.sh').resolve()}",
+                  highlight=False, soft_wrap=True)
         out.print(outcome.launch.command, highlight=False, soft_wrap=True)
     files = " ".join(outcome.launch.files) if outcome.launch else ""
     out.print(f"artifacts in {args.out_dir}: ledger.sqlite trials.jsonl summary.json scratchpad.txt trials.png "

@@ -31,6 +31,8 @@ _SWITCHES = {"qk_layernorm": "--qk-layernorm", "qk_l2_norm": "--qk-l2-norm", "ad
 _MLA_FIELDS = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
 _MOE_FIELDS = {"moe_layer_freq", "moe_router_topk"}
 
+WHERE = "a Megatron-LM checkout"
+
 
 def _text(value: object) -> str:
     """A flag's value: a list as nargs values."""
