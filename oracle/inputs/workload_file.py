@@ -78,6 +78,8 @@ def _apply_aliases(args: dict[str, Any], file: str) -> dict[str, Any]:
     """Megatron/Primus spellings that mean one of the modelled keys (Megatron-LM arguments.py and
     megatron-core config names)."""
     out = dict(args)
+    if "layernorm_epsilon" in out:  # TransformerConfig's name for --norm-epsilon (Primus writes norm_epsilon)
+        out["norm_epsilon"] = out.pop("layernorm_epsilon")
     if "disable_bias_linear" in out:
         out["add_bias_linear"] = not out.pop("disable_bias_linear")
     if out.pop("group_query_attention", True) is False:
