@@ -29,14 +29,15 @@ OWN_KEYS = {"extends", "stack", "description", "name", "source"}
 # Defaults where the stacks differ from TrainingArgs' (which follow the Megatron-LM CLI):
 #  - Megatron-Bridge: the published perf recipes reduce gradients in bf16 (`_benchmark_common` /
 #    `_perf_precision` set ddp.grad_reduce_in_fp32 = False, Megatron-Bridge src/megatron/bridge/
-#    perf_recipes/_common.py @067f987df0).
+#    perf_recipes/_common.py @067f987df0), and its MoE recipes run grouped GEMM (`cfg.model.moe_grouped_gemm
+#    = True` in src/megatron/bridge/recipes/{deepseek,qwen,gpt_oss,kimi,glm,...}/*.py @067f987df0).
 #  - Primus: pre_trainer.yaml turns the distributed optimizer on (trainer_base.yaml has it off) and
 #    flash attention on; language_model.yaml keeps sequence parallelism on (AMD-AGI/Primus @fd1eeabbad
 #    primus/configs/modules/megatron/pre_trainer.yaml:30-32, models/megatron/language_model.yaml:166).
 #    These apply when no Primus tree is at hand; with one, its own files give them.
 STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-lm": {},
-    "megatron-bridge": {"grad_reduce_in_fp32": False},
+    "megatron-bridge": {"grad_reduce_in_fp32": False, "moe_grouped_gemm": True},
     "primus": {"use_distributed_optimizer": True, "use_flash_attn": True, "sequence_parallel": True},
 }
 
