@@ -45,6 +45,7 @@ MLM_HAND_FLAGS = {
     "--untie-embeddings-and-output-weights": "_add_network_size_args",
     "--disable-bias-linear": "_add_network_size_args (dest add_bias_linear)",
     "--position-embedding-type": "_add_network_size_args",
+    "--norm-epsilon": "TransformerConfig.layernorm_epsilon (argparse_meta arg_names)",
     "--fp8-format": "_add_transformer_engine_args (dest fp8)",
     "--grad-reduce-in-bf16": "_add_mixed_precision_args", "--bf16": "_add_mixed_precision_args",
     "--fp16": "_add_mixed_precision_args", "--use-torch-fsdp2": "_add_distributed_args",
@@ -98,7 +99,9 @@ def test_megatron_lm_command_uses_only_megatron_flags_and_names_every_knob():
         plan = launch_plan(cfg, w, c, "w.yaml")
         body, _, off_line = plan.command.partition("# off")
         flags = _flags(body)
-        assert body.startswith("torchrun --nnodes 32 --nproc-per-node 8") and "pretrain_gpt.py" in body
+        # TP 2 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (validate_args), except beside the MoE EP overlap
+        env = "" if cfg.overlap_moe_expert_parallel_comm else "CUDA_DEVICE_MAX_CONNECTIONS=1 "
+        assert body.startswith(f"{env}torchrun --nnodes 32 --nproc-per-node 8") and "pretrain_gpt.py" in body
         assert [f for f in flags if not f.startswith(("--nnodes", "--nproc", "--node-rank", "--master"))
                 and not _flag_ok(f)] == []
         on, off = layout_flags(cfg, w, "nvidia")

@@ -44,7 +44,6 @@ def pick_of_run(out_dir: str, run: int | None, workload: Workload, cluster: Clus
 def _run(args: argparse.Namespace) -> int:
     cluster = with_search_args(load_cluster(args.target_cluster), args)
     workload = workload_from_args(args, cluster)
-    print_reading(workload)
     baseline = trial_from_args(args.from_config, None, workload) if args.from_config else TrialConfig()
     if args.to_config:
         winner = trial_from_args(args.to_config, None, workload)
@@ -52,6 +51,7 @@ def _run(args: argparse.Namespace) -> int:
         winner = pick_of_run(args.out_dir, args.run, workload, cluster)
     else:
         raise InputError("name the winner: --to CONFIG, or --out-dir of a tune run", key="--to")
+    print_reading(workload)  # once the whole command line is sound: a refusal stays one line
     x = explain(workload, cluster, baseline, winner)
     if args.json:
         print(x.model_dump_json())

@@ -42,8 +42,8 @@ def _progress(done: int, total: int, message: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     cluster = with_search_args(load_cluster(args.target_cluster), args)
     workload = workload_from_args(args, cluster)
-    print_reading(workload)
     trial = trial_from_args(args.config, args.set, workload)
+    print_reading(workload)  # once the whole command line is sound: a refusal stays one line
     if args.kind == "benchmark":
         try:
             result = evaluate_with_benchmark(workload, cluster, trial, allow_cpu=args.allow_cpu, progress=_progress)
