@@ -139,12 +139,12 @@ def final_pick(ledger: Ledger, run_id: int, workload: Workload, cluster: Cluster
     return (ledger.trial(run_id, chosen.trial_id) if chosen else None), chosen
 
 
-def how_to_run(best: TrialRecord | None, workload: Workload, cluster: ClusterSpec, workload_file: str,
-               out_dir: str = ".") -> LaunchPlan | None:
+def how_to_run(best: TrialRecord | None, workload: Workload, cluster: ClusterSpec,
+               workload_file: str) -> LaunchPlan | None:
     """The launch of a run's winner on the cluster's stack; None when there is none."""
     if best is None:
         return None
-    return launch_plan(EffectiveConfig(**best.config), workload, cluster, workload_file, out_dir)
+    return launch_plan(EffectiveConfig(**best.config), workload, cluster, workload_file)
 
 
 def write_artifacts(out_dir: Path, workload: Workload, cluster: ClusterSpec, trials: list[TrialRecord],
@@ -163,7 +163,8 @@ def write_artifacts(out_dir: Path, workload: Workload, cluster: ClusterSpec, tri
         write_breakdown_plot(out_dir / "breakdown.png", baseline, winner.result, f"{title}: baseline vs winner")
         written.append("breakdown.png")
     if launch is not None:
-        exports.write_text(out_dir / "launch.sh", f"#!/usr/bin/env bash\n# stack: {cluster.stack_text}\n"
+        exports.write_text(out_dir / "launch.sh", f"#!/usr/bin/env bash\n# run from {launch.where}, on every node: "
+                           f"bash {out_dir.resolve() / 'launch.sh'}\n# stack: {cluster.stack_text}\n"
                            f"{launch.command}\n", executable=True)
         for name, text in launch.files.items():
             exports.write_text(out_dir / name, text)

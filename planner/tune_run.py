@@ -227,8 +227,7 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
                           jobs=options.jobs, progress=progress)
             record_sweep(ledger, run.id, swept)
             timings["sweep_s"] = swept.wall_s
-        v = verdict(ledger, run.id, workload, cluster, own or TrialConfig(), options.pick, workload_file,
-                    str(out_dir))
+        v = verdict(ledger, run.id, workload, cluster, own or TrialConfig(), options.pick, workload_file)
         best = v.winner
         trials = ledger.trials(run.id)
         ledger.set_status(run.id, "finished")

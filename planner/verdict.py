@@ -50,12 +50,12 @@ class Verdict(BaseModel):
 
 
 def verdict(ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec, own: TrialConfig,
-            rule: PickRule, workload_file: str, out_dir: str) -> Verdict:
+            rule: PickRule, workload_file: str) -> Verdict:
     """The run's pick now, explained from `own` (the user's layout before pins; module doc)."""
     best, chosen = final_pick(ledger, run_id, workload, cluster, rule)
     attribution = explain(workload, unpinned(cluster), own, best.knobs if best else own, pins=cluster.search.fix)
     return Verdict(winner=best, pick=chosen, attribution=attribution, measured=ledger.measurements(run_id),
-                   launch=how_to_run(best, workload, cluster, workload_file, out_dir))
+                   launch=how_to_run(best, workload, cluster, workload_file))
 
 
 def write_verdict(out_dir: Path, ledger: Ledger, run_id: int, workload: Workload, cluster: ClusterSpec,
@@ -76,7 +76,6 @@ def repick(out_dir: Path, ledger: Ledger, run_id: int) -> Verdict | None:
     workload, cluster = ledger.run_inputs(run_id)
     own = EffectiveConfig(**summary["baseline"]["config"]).as_trial()
     rule = Pick.model_validate(summary["pick"]).rule if summary.get("pick") else "robust"
-    v = verdict(ledger, run_id, workload, cluster, own, rule, summary.get("workload_file") or "workload.yaml",
-                str(out_dir))
+    v = verdict(ledger, run_id, workload, cluster, own, rule, summary.get("workload_file") or "workload.yaml")
     write_verdict(out_dir, ledger, run_id, workload, cluster, v, summary)
     return v

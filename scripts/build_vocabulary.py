@@ -50,6 +50,10 @@ BRIDGE_EXTRA_TYPES = {"model": [("megatron.bridge.models.model_provider", "Model
 PRIMUS_MODULES = "primus/configs/modules/megatron"
 PRIMUS_MODULE_BASE = "primus/configs/modules/module_base.yaml"  # extended by trainer_base.yaml
 PRIMUS_MODELS = "primus/configs/models/megatron"
+# Primus's published Megatron experiments: PrimusParser deep-merges any `overrides:` key into the
+# trainer's namespace (parser.py, override_namespace) and Primus's backend reads those its YAMLs do not
+# declare (e.g. use_turbo_permute_padding), so every key they set is a Primus name.
+PRIMUS_EXPERIMENTS = "examples/megatron/configs"
 # Experiment-level keys: the brief's list plus what primus/core/launcher/parser.py reads
 # (parse_meta_info, parse_platform, parse_trainer_module's reserved module keys).
 PRIMUS_EXPERIMENT_KEYS = [
@@ -413,6 +417,16 @@ def primus_names(tree: GitTree) -> tuple[set[str], list[str]]:
         model_keys.update(_yaml_keys(yaml.safe_load(tree.read(path) or "") or {}))
     names.update(model_keys)
     notes.append(f"{PRIMUS_MODELS}/**.yaml: {len(models)} files, {len(model_keys)} distinct keys")
+    experiments = tree.files(PRIMUS_EXPERIMENTS, ".yaml")
+    override_keys: set[str] = set()
+    for path in experiments:
+        modules = (yaml.safe_load(tree.read(path) or "") or {}).get("modules") or {}
+        for module in modules.values() if isinstance(modules, dict) else ():
+            if isinstance(module, dict):
+                override_keys.update(_yaml_keys(module.get("overrides") or {}))
+    names.update(override_keys)
+    notes.append(f"{PRIMUS_EXPERIMENTS}/**.yaml (modules.*.overrides): {len(experiments)} files, "
+                 f"{len(override_keys)} distinct keys")
     return names, notes
 
 
@@ -480,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     names |= pinned_names
     write_list(args.out / "primus.txt", names, [
         "Primus config vocabulary: every key (nested ones also dotted) of the Megatron module YAMLs",
-        f"({PRIMUS_MODULES}/*.yaml, {PRIMUS_MODULE_BASE}) and model YAMLs ({PRIMUS_MODELS}/**.yaml),",
+        f"({PRIMUS_MODULES}/*.yaml, {PRIMUS_MODULE_BASE}), model YAMLs ({PRIMUS_MODELS}/**.yaml) and the",
+        f"overrides of the published experiments ({PRIMUS_EXPERIMENTS}/**.yaml),",
         "plus the experiment-level keys read by primus/core/launcher/parser.py, plus the Megatron-LM names",
         "(argparse destinations + core config fields, as in megatron_lm.txt) of the Megatron-LM commit Primus",
         "pins as third_party/Megatron-LM: MegatronArgBuilder passes any of those through.",

@@ -28,4 +28,20 @@ optional() {  # optional NAME SCRIPT: run an install script; fatal only when PAR
 }
 optional rocm-origami scripts/install-origami.sh
 optional "MCP Inspector" scripts/install-inspector.sh
+
+# The conformance tests run the real stacks' own parsers (Primus, Megatron-LM, Megatron-Bridge) from
+# unmodified snapshots that are test data, not project code, and are not on any package registry: they
+# are read where they lie, ../shared/conformance beside the clone (CI lays shared/ there) or
+# $PARATUNE_CONFORMANCE_ROOT (tests/stack_snapshots.py). Their Python needs are the test extra's
+# (megatron-core 0.16.1, torch, PyYAML). Without them those tests skip with the reason; CI must not.
+conformance="${PARATUNE_CONFORMANCE_ROOT:-../shared/conformance}"
+for stack in primus megatron-lm megatron-bridge; do
+  if [ ! -d "$conformance/$stack" ]; then
+    if [ "${PARATUNE_REQUIRE_ALL:-0}" = "1" ]; then
+      echo "setup: no $stack snapshot under $conformance (set PARATUNE_CONFORMANCE_ROOT) and PARATUNE_REQUIRE_ALL=1" >&2
+      exit 1
+    fi
+    echo "setup: no $stack snapshot under $conformance: its conformance tests will skip" >&2
+  fi
+done
 exit 0

@@ -46,7 +46,8 @@ class Session:
         too; the command line's own --workload / --target-cluster are the operator's and are not."""
         def load() -> tuple[ClusterSpec, Workload]:
             cluster = self._constrain(load_cluster(cluster_file))
-            return cluster, pinned(load_workload(workload_file), cluster)
+            workload = load_workload(workload_file, stack=cluster.stack, stack_from=str(cluster_file))
+            return cluster, pinned(workload, cluster)
 
         if confined:
             with reads_under(self.roots.readable):

@@ -201,7 +201,7 @@ def tools(session: Session) -> list[Callable]:
                 raise InputError(f"run {a.run.id} has no trials yet: evaluate or run the seed plan first")
             target = session.roots.directory(out_dir, "out_dir")
             best, chosen = final_pick(session.ledger, a.run.id, a.workload, a.cluster, pick)
-            launch = how_to_run(best, a.workload, a.cluster, a.workload_file, str(target))
+            launch = how_to_run(best, a.workload, a.cluster, a.workload_file)
             summary = {"run_id": a.run.id, "workload": a.workload.name, "cluster": a.cluster.name,
                        "trials": len(trials), "winner": best.result.model_dump(mode="json") if best else None,
                        "winner_origin": best.origin if best else None,

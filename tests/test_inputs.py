@@ -135,3 +135,26 @@ def test_hardware_block_overrides_catalog_figures(tmp_path):
     c = load_cluster(f)
     assert c.gpu.inter_node_gb_s == 25 and c.gpu.bf16_tflops == 989.4
     assert c.world_size == 16 and c.hbm_capacity_gb == 80
+
+
+def test_values_megatron_accepts_are_read_as_it_reads_them(tmp_path):
+    """megatron/training/arguments.py (core_v0.16.1): `moe_freq_type` reads "N" as the int N, and
+    validate_args reads the deprecated cuda_graph_scope "full" as the empty scope (whole layer)."""
+    f = tmp_path / "w.yaml"
+    f.write_text("extends: mixtral-8x7b\nmoe_layer_freq: '1'\ncuda_graph_scope: full\nrecompute_layer_ids: '0,3'\n")
+    w = load_workload(f)
+    assert w.model.moe_layer_freq == 1 and w.training.cuda_graph_scope is None
+    assert any("cuda_graph_scope 'full' is deprecated" in n for n in w.notes)
+    assert "recompute_layer_ids" in w.not_modelled  # Primus's argument: accepted and shown, not modelled
+
+
+def test_the_clusters_stack_decides_and_a_disagreeing_workload_names_both_files(tmp_path):
+    f = tmp_path / "w.yaml"
+    f.write_text("extends: mixtral-8x7b\n")
+    bridge = load_workload(f, stack="megatron-bridge", stack_from="c.yaml")
+    assert bridge.stack == "megatron-bridge" and bridge.training.grad_reduce_in_fp32 is False
+    assert bridge.training.moe_grouped_gemm is True  # Bridge's MoE recipes run grouped GEMM
+    f.write_text("extends: mixtral-8x7b\nstack: megatron-lm\n")
+    with pytest.raises(InputError, match="says megatron-lm, but c.yaml runs megatron-bridge") as info:
+        load_workload(f, stack="megatron-bridge", stack_from="c.yaml")
+    assert info.value.file == str(f) and info.value.key == "stack"

@@ -45,6 +45,7 @@ MLM_HAND_FLAGS = {
     "--untie-embeddings-and-output-weights": "_add_network_size_args",
     "--disable-bias-linear": "_add_network_size_args (dest add_bias_linear)",
     "--position-embedding-type": "_add_network_size_args",
+    "--norm-epsilon": "TransformerConfig.layernorm_epsilon (argparse_meta arg_names)",
     "--fp8-format": "_add_transformer_engine_args (dest fp8)",
     "--grad-reduce-in-bf16": "_add_mixed_precision_args", "--bf16": "_add_mixed_precision_args",
     "--fp16": "_add_mixed_precision_args", "--use-torch-fsdp2": "_add_distributed_args",
@@ -98,7 +99,9 @@ def test_megatron_lm_command_uses_only_megatron_flags_and_names_every_knob():
         plan = launch_plan(cfg, w, c, "w.yaml")
         body, _, off_line = plan.command.partition("# off")
         flags = _flags(body)
-        assert body.startswith("torchrun --nnodes 32 --nproc-per-node 8") and "pretrain_gpt.py" in body
+        # TP 2 needs CUDA_DEVICE_MAX_CONNECTIONS=1 (validate_args), except beside the MoE EP overlap
+        env = "" if cfg.overlap_moe_expert_parallel_comm else "CUDA_DEVICE_MAX_CONNECTIONS=1 "
+        assert body.startswith(f"{env}torchrun --nnodes 32 --nproc-per-node 8") and "pretrain_gpt.py" in body
         assert [f for f in flags if not f.startswith(("--nnodes", "--nproc", "--node-rank", "--master"))
                 and not _flag_ok(f)] == []
         on, off = layout_flags(cfg, w, "nvidia")
@@ -153,18 +156,22 @@ def test_primus_overlay_loads_as_an_experiment_with_every_knob():
     c = load_cluster(EXAMPLES / "clusters" / "mi355x-4n.yaml")
     assert c.stack == "primus"
     cfg = w.effective(TrialConfig(use_turbo_deepep=True, sync_free_stage=2))
-    plan = launch_plan(cfg, w, c, str(EXAMPLES / "workloads" / "mixtral-8x22b-mi355x-recipe.yaml"), "out")
-    assert plan.command.startswith("EXP=out/winner.primus.yaml NNODES=4 GPUS_PER_NODE=8")
-    assert plan.command.endswith("bash examples/run_pretrain.sh")
+    plan = launch_plan(cfg, w, c, str(EXAMPLES / "workloads" / "mixtral-8x22b-mi355x-recipe.yaml"))
+    assert plan.where == "a Primus checkout"
+    # EXP is the overlay beside launch.sh, run_pretrain.sh the checkout's: no path into paratune's clone
+    assert 'EXP="$HERE/winner.primus.yaml" NNODES=4 GPUS_PER_NODE=8' in plan.command
+    assert plan.command.endswith('bash examples/run_pretrain.sh "$@"')
     doc = yaml.safe_load(plan.files["winner.primus.yaml"])
     # the parser's required experiment keys (primus/core/launcher/parser.py)
     assert {"work_group", "user_name", "exp_name", "workspace"} <= set(doc)
     assert not any("${" in str(doc[k]) for k in ("work_group", "user_name", "exp_name", "workspace"))  # literal
     trainer = doc["modules"]["pre_trainer"]
     assert trainer["framework"] == "megatron" and trainer["model"] and trainer["config"]
-    assert doc["extends"] == [str((EXAMPLES / "workloads" / "mixtral-8x22b-mi355x-recipe.yaml").resolve())]
+    assert "extends" not in doc and str(EXAMPLES.parent) not in plan.files["winner.primus.yaml"]  # self-contained
+    # the example's model file is paratune's own, not a Primus preset: its keys ride over Primus's base preset
+    assert trainer["model"] == "language_model.yaml" and trainer["overrides"]["num_layers"] == 56
     o = trainer["overrides"]
-    assert set(o) <= set(PRIMUS_KEYS), set(o) - set(PRIMUS_KEYS)
+    assert set(overrides(cfg, w, c)) <= set(PRIMUS_KEYS), set(overrides(cfg, w, c)) - set(PRIMUS_KEYS)
     for name, spec in KNOB_SPECS.items():  # every knob Primus has on MI355X is written, off ones too
         if spec.primus and knob_available(name, "primus", "amd") and name != "pp_schedule":
             assert spec.primus in o, name

@@ -256,7 +256,8 @@ def test_export_best_writes_artifacts_under_the_roots(call, tmp_path):
         assert (tmp_path / "out" / name).is_file(), name
     assert list((tmp_path / "out" / "trials").glob("*.yaml"))
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["launch"] == out["launch"]
-    assert f"EXP={tmp_path / 'out'}/winner.primus.yaml" in (tmp_path / "out" / "launch.sh").read_text()
+    launch_sh = (tmp_path / "out" / "launch.sh").read_text()  # runs the overlay beside it, from a Primus checkout
+    assert 'EXP="$HERE/winner.primus.yaml"' in launch_sh and f"bash {tmp_path / 'out' / 'launch.sh'}" in launch_sh
     assert "outside the allowed roots" in error(call("export_best", out_dir="/tmp/elsewhere"))
     assert "'..' is not allowed" in error(call("export_best", out_dir="out/../../x"))
     assert "exists and is not a directory" in error(call("export_best", out_dir="out/summary.json"))

@@ -193,8 +193,9 @@ FORMS = {
 def test_each_new_form_projects_from_the_cli_with_stage_counts(tmp_path, form):
     text, expected = FORMS[form]
     _, path = workload(tmp_path, text)
+    stack = ["--stack", "megatron-bridge"] if "stack: megatron-bridge" in text else []  # one statement of the stack
     out = subprocess.run([PARATUNE, "project", "memory", "--workload", str(path), "--target-cluster", str(H100_32N),
-                          "--json"], capture_output=True, text=True, timeout=120)
+                          *stack, "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["legal"], result["reason"]
@@ -205,11 +206,13 @@ def test_each_new_form_projects_from_the_cli_with_stage_counts(tmp_path, form):
 def test_each_new_form_projects_over_mcp_with_stage_counts(tmp_path):
     cpath = tmp_path / "h100-32n.yaml"
     cpath.write_text(H100_32N.read_text())
+    bridge = tmp_path / "h100-32n-bridge.yaml"  # the cluster states the stack a workload's `stack:` agrees with
+    bridge.write_text(H100_32N.read_text().replace("h100-sxm}", "h100-sxm, stack: megatron-bridge}"))
     with in_process(tmp_path, open_run=False) as (server, session), portal_client(server) as (portal, client):
         for form, (text, expected) in sorted(FORMS.items()):
             wpath = tmp_path / f"{form}.yaml"
             wpath.write_text(text)
-            session.open_run(wpath, cpath, resume=False)
+            session.open_run(wpath, bridge if "stack: megatron-bridge" in text else cpath, resume=False)
             result = portal.call(lambda: client.call_tool("evaluate_memory_only", {"config": {}}))
             assert not result.is_error, result.content[0].text
             breakdown = result.structured_content["result"]["breakdown"]

@@ -48,7 +48,6 @@ from .yaml_io import deep_merge, read_mapping, resolve_templates
 PRIMUS_ROOT_ENV = "PRIMUS_ROOT"
 CONFIGS = Path("primus") / "configs"
 MODEL_KEY = "modules.pre_trainer.model"
-CONFIG_KEY = "modules.pre_trainer.config"
 # PrimusParser.get_model_format: framework name -> preset folder name (identity for these four).
 _FRAMEWORK_FOLDERS = {
     "megatron": "megatron", "megatron_bridge": "megatron_bridge", "torchtitan": "torchtitan", "maxtext": "maxtext",
@@ -150,8 +149,36 @@ def merge_chain(chain: list[Path]) -> dict[str, Any]:
     return merged
 
 
+def experiment_mapping(path: Path) -> dict[str, Any]:
+    """An experiment file as PrimusParser reads it (`parse_exp` -> `yaml_utils.parse_yaml_to_namespace` ->
+    `yaml_loader.parse_yaml`): its own `extends:` parents (other experiments, relative to its folder)
+    deep-merged under it, templates resolved per file."""
+    return merge_chain(extends_chain(path))
+
+
+def is_experiment(path: Path, data: dict[str, Any]) -> bool:
+    """Whether a YAML file is a Primus experiment: it has `modules:`, or extends a file that is one (a
+    native workload's `extends:` names a model card or catalog model instead, which has no `modules:`)."""
+    if "modules" in data:
+        return True
+    try:
+        parents = _extends(data.get("extends"), path)
+    except InputError:
+        return False
+    for name in parents:
+        parent = (Path(path).resolve().parent / resolve_templates(name)).resolve()
+        if parent.suffix in (".yaml", ".yml") and guarded(parent).is_file():
+            try:
+                if "modules" in experiment_mapping(parent):
+                    return True
+            except InputError:  # a parent that is not a Primus file (a card extending a catalog name)
+                continue
+    return False
+
+
 def module_config_chain(
-    root: Path, config_name: str, *, framework: str = "megatron", file: str | None = None
+    root: Path, config_name: str, *, framework: str = "megatron", file: str | None = None,
+    key: str = "modules.pre_trainer.config",
 ) -> list[Path]:
     """The module config (`config: pre_trainer.yaml`) and its `extends` parents, in merge order.
 
@@ -161,12 +188,12 @@ def module_config_chain(
     fd1eeabbad15, `pre_trainer.yaml` gives: module_base.yaml, primus_megatron_module.yaml,
     primus_turbo.yaml, torch_compile.yaml, zero_bubble.yaml, primus_pipeline.yaml,
     trainer_base.yaml, pre_trainer.yaml. A missing file raises InputError naming `file` (the
-    experiment) and the key `modules.pre_trainer.config`.
+    experiment) and `key` (the module's `config`).
     """
     folder = modules_dir(Path(root), framework)
-    path = guarded(_preset_path(Path(root), folder, config_name, file=file, key=CONFIG_KEY))
+    path = guarded(_preset_path(Path(root), folder, config_name, file=file, key=key))
     if not path.is_file():
-        raise InputError(_not_found("module config", config_name, path, folder), file=file, key=CONFIG_KEY)
+        raise InputError(_not_found("module config", config_name, path, folder), file=file, key=key)
     return extends_chain(path)
 
 
@@ -257,22 +284,25 @@ def _provenance(chain: list[Path]) -> dict[str, str]:
     return out
 
 
-def resolve_trainer(experiment: Path, trainer: dict[str, Any], root: Path | None) -> PrimusTrainer:
-    """Module config chain < model chain (only keys the module lacks) < overrides, for one
-    `modules.<name>` mapping of an experiment. Without a Primus tree (`root` None) there are no
-    module defaults: the model file is looked up beside the experiment and overrides apply on top."""
+def resolve_trainer(experiment: Path, trainer: dict[str, Any], root: Path | None,
+                    module: str = "pre_trainer") -> PrimusTrainer:
+    """Module config chain < model chain (only keys the module lacks) < overrides, for the mapping
+    `modules.<module>` of an experiment. Without a Primus tree (`root` None) there are no module
+    defaults: the model file is looked up beside the experiment and overrides apply on top."""
     framework = trainer.get("framework") or "megatron"
     ref = trainer.get("model")
     if not isinstance(ref, str):
-        raise InputError("missing model file name", file=str(experiment), key=MODEL_KEY)
+        raise InputError("missing model file name", file=str(experiment), key=f"modules.{module}.model")
     overrides = trainer.get("overrides") or {}
     if not isinstance(overrides, dict):
-        raise InputError("must be a mapping", file=str(experiment), key="modules.pre_trainer.overrides")
+        raise InputError("must be a mapping", file=str(experiment), key=f"modules.{module}.overrides")
     module_chain: list[Path] = []
     config = trainer.get("config")
     if root is not None and isinstance(config, str):
-        module_chain = module_config_chain(root, config, framework=framework, file=str(experiment))
-    model_chain = extends_chain(resolve_model_file(root, ref, experiment=experiment, framework=framework))
+        module_chain = module_config_chain(root, config, framework=framework, file=str(experiment),
+                                           key=f"modules.{module}.config")
+    model_chain = extends_chain(resolve_model_file(root, ref, experiment=experiment, framework=framework,
+                                                   key=f"modules.{module}.model"))
     module_cfg, model_cfg = merge_chain(module_chain), merge_chain(model_chain)
     args = merge_trainer(module_cfg, model_cfg, resolve_templates(overrides))
     source = _provenance(module_chain)

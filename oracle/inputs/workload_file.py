@@ -9,7 +9,8 @@ from ..catalog import model_card, model_names
 from ..errors import InputError
 from ..specs import ModelArch, TrainingArgs, Workload
 from .hf_config import hf_card, is_hf_config
-from .primus_tree import find_primus_root, resolve_trainer
+from .megatron_values import megatron_values
+from .primus_tree import experiment_mapping, find_primus_root, is_experiment, resolve_trainer
 from .read_guard import guarded, usable
 from .stack_vocabulary import stack_arguments
 from .yaml_io import (
@@ -28,14 +29,15 @@ OWN_KEYS = {"extends", "stack", "description", "name", "source"}
 # Defaults where the stacks differ from TrainingArgs' (which follow the Megatron-LM CLI):
 #  - Megatron-Bridge: the published perf recipes reduce gradients in bf16 (`_benchmark_common` /
 #    `_perf_precision` set ddp.grad_reduce_in_fp32 = False, Megatron-Bridge src/megatron/bridge/
-#    perf_recipes/_common.py @067f987df0).
+#    perf_recipes/_common.py @067f987df0), and its MoE recipes run grouped GEMM (`cfg.model.moe_grouped_gemm
+#    = True` in src/megatron/bridge/recipes/{deepseek,qwen,gpt_oss,kimi,glm,...}/*.py @067f987df0).
 #  - Primus: pre_trainer.yaml turns the distributed optimizer on (trainer_base.yaml has it off) and
 #    flash attention on; language_model.yaml keeps sequence parallelism on (AMD-AGI/Primus @fd1eeabbad
 #    primus/configs/modules/megatron/pre_trainer.yaml:30-32, models/megatron/language_model.yaml:166).
 #    These apply when no Primus tree is at hand; with one, its own files give them.
 STACK_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron-lm": {},
-    "megatron-bridge": {"grad_reduce_in_fp32": False},
+    "megatron-bridge": {"grad_reduce_in_fp32": False, "moe_grouped_gemm": True},
     "primus": {"use_distributed_optimizer": True, "use_flash_attn": True, "sequence_parallel": True},
 }
 
@@ -77,6 +79,8 @@ def _apply_aliases(args: dict[str, Any], file: str) -> dict[str, Any]:
     """Megatron/Primus spellings that mean one of the modelled keys (Megatron-LM arguments.py and
     megatron-core config names)."""
     out = dict(args)
+    if "layernorm_epsilon" in out:  # TransformerConfig's name for --norm-epsilon (Primus writes norm_epsilon)
+        out["norm_epsilon"] = out.pop("layernorm_epsilon")
     if "disable_bias_linear" in out:
         out["add_bias_linear"] = not out.pop("disable_bias_linear")
     if out.pop("group_query_attention", True) is False:
@@ -106,10 +110,11 @@ def _apply_aliases(args: dict[str, Any], file: str) -> dict[str, Any]:
     return out
 
 
-def _split(args: dict[str, Any], *, file: str, name: str, stack: str) -> Workload:
+def _split(args: dict[str, Any], *, file: str, name: str, stack: str, primus_root: Path | None = None) -> Workload:
     """Divide one flat argument mapping into model and training parts and validate both; a real stack
-    argument that is not modelled is kept aside by name, anything else is an unknown key."""
-    args = _apply_aliases(args, file)
+    argument that is not modelled is kept aside by name, anything else is an unknown key. Values are
+    first read as Megatron-LM reads them (`megatron_values`), with a note for each deprecated one."""
+    args, notes = megatron_values(_apply_aliases(args, file))
     model_args = {"name": args.pop("name", name), "source": args.pop("source", file)}
     training_args: dict[str, Any] = dict(STACK_DEFAULTS[stack])
     not_modelled: list[str] = []
@@ -126,7 +131,8 @@ def _split(args: dict[str, Any], *, file: str, name: str, stack: str) -> Workloa
     model = build(ModelArch, _null_means_default(model_args, ModelArch), file=file)
     training = build(TrainingArgs, _null_means_default(training_args, TrainingArgs), file=file)
     return Workload(name=Path(file).stem, model=model, training=training, stack=stack,
-                    not_modelled=tuple(sorted(set(not_modelled) - OWN_KEYS)))
+                    not_modelled=tuple(sorted(set(not_modelled) - OWN_KEYS)), notes=tuple(notes),
+                    primus_root=str(primus_root) if primus_root else None)
 
 
 def _null_means_default(args: dict[str, Any], spec: type[ModelArch] | type[TrainingArgs]) -> dict[str, Any]:
@@ -134,11 +140,23 @@ def _null_means_default(args: dict[str, Any], spec: type[ModelArch] | type[Train
     return {k: v for k, v in args.items() if v is not None or spec.model_fields[k].default is None}
 
 
-def _native(path: Path, data: dict[str, Any]) -> Workload:
-    file = str(path)
-    stack = data.pop("stack", "megatron-lm")
-    if stack not in STACKS:
+def _stack(stated: Any, file: str, stack: str | None, stack_from: str | None) -> str:
+    """The one stack a workload follows: the cluster's (`stack`, stated in `stack_from`: the cluster file or
+    `--stack`) decides; a workload file's own `stack:` may only agree with it. Without a cluster, the
+    file's `stack:`, else Megatron-LM."""
+    if stated is not None and stated not in STACKS:
         raise InputError(f"must be one of {', '.join(STACKS)}", file=file, key="stack")
+    if stack is None:
+        return str(stated or "megatron-lm")
+    if stated is not None and stated != stack:
+        raise InputError(f"says {stated}, but {stack_from or 'the cluster'} runs {stack}: the cluster's stack decides "
+                         "both the knobs and the workload's stack defaults; remove the workload's stack: or change "
+                         "the cluster's", file=file, key="stack")
+    return stack
+
+
+def _native(path: Path, data: dict[str, Any], stack: str) -> Workload:
+    file = str(path)
     card: dict[str, Any] = {}
     for parent in _extends_list(data.pop("extends", []), file):
         card = deep_merge(card, _card(parent, path.parent, file))
@@ -146,40 +164,71 @@ def _native(path: Path, data: dict[str, Any]) -> Workload:
     return _split(merged, file=file, name=card.get("name", path.stem), stack=stack)
 
 
-def _primus(path: Path, data: dict[str, Any], primus_root: str | None) -> Workload:
-    """A Primus experiment read as Primus reads it (oracle/inputs/primus_tree.py): the module config
-    chain, then the model file's keys it lacks, then `overrides`; a catalog model name stands for a
-    model file."""
+# The trainer modules of a Primus experiment that train a model: pretraining and full-parameter SFT
+# (Primus fd1eeab: pre_trainer.yaml and sft_trainer.yaml under primus/configs/modules/megatron/).
+TRAINERS = ("pre_trainer", "post_trainer")
+
+
+def _trainer(data: dict[str, Any], file: str) -> tuple[str, dict[str, Any]]:
+    """(module name, mapping) of the experiment's training module."""
+    modules = data.get("modules")
+    if not isinstance(modules, dict):
+        modules = {}
+    for name in TRAINERS:
+        if isinstance(modules.get(name), dict):
+            return name, modules[name]
+    raise InputError(f"a Primus experiment needs a {' or '.join(repr(t) for t in TRAINERS)} mapping",
+                     file=file, key="modules")
+
+
+def _refuse_lora(args: dict[str, Any], module: str, file: str) -> None:
+    """LoRA trains low-rank adapters on a frozen model, which the oracle does not project (sft_trainer.yaml
+    `lora.enabled`, read by Primus's SFT trainer)."""
+    lora = args.get("lora")
+    if isinstance(lora, dict) and lora.get("enabled"):
+        raise InputError("LoRA fine-tuning (frozen weights, low-rank adapters) is not projected: paratune models "
+                         "full-parameter training; set it false for full SFT", file=file,
+                         key=f"modules.{module}.lora.enabled")
+
+
+def _primus(path: Path, primus_root: str | None, stack: str) -> Workload:
+    """A Primus experiment read as Primus reads it (oracle/inputs/primus_tree.py): the experiment with its
+    own `extends:` parents merged, then its trainer's module config chain, the model file's keys it lacks,
+    then `overrides`; a catalog model name stands for a model file."""
     file = str(path)
-    data = resolve_templates(data)
-    trainer = data.get("modules", {}).get("pre_trainer") if isinstance(data.get("modules"), dict) else None
-    if not isinstance(trainer, dict):
-        raise InputError("a Primus experiment needs a 'pre_trainer' mapping", file=file, key="modules.pre_trainer")
+    module, trainer = _trainer(experiment_mapping(path), file)
     ref = trainer.get("model")
     if not isinstance(ref, str):
-        raise InputError("missing model file or name", file=file, key="modules.pre_trainer.model")
+        raise InputError("missing model file or name", file=file, key=f"modules.{module}.model")
     root = find_primus_root(path, primus_root)
     if ref in model_names() and not (path.parent / ref).exists():
         overrides = trainer.get("overrides") or {}
         if not isinstance(overrides, dict):
-            raise InputError("must be a mapping", file=file, key="modules.pre_trainer.overrides")
+            raise InputError("must be a mapping", file=file, key=f"modules.{module}.overrides")
         card = model_card(ref, file=file)
         merged = deep_merge(card, overrides)
         name = card.get("name", ref)
     else:
-        resolved = resolve_trainer(path, trainer, root)
+        resolved = resolve_trainer(path, trainer, root, module=module)
         merged = resolved.args
         name = resolved.model_chain[-1].stem if resolved.model_chain else Path(ref).stem
-    return _split(merged, file=file, name=name, stack="primus")
+    _refuse_lora(merged, module, file)
+    return _split(merged, file=file, name=name, stack=stack, primus_root=root)
 
 
-def load_workload(path: str | Path, *, primus_root: str | None = None) -> Workload:
+def load_workload(path: str | Path, *, primus_root: str | None = None, stack: str | None = None,
+                  stack_from: str | None = None) -> Workload:
     """A workload from a native or Primus YAML file, or a Hugging Face config.json (or its folder: the
     model with TrainingArgs' defaults); bad input raises InputError naming file and key.
-    `primus_root` (or $PRIMUS_ROOT, or a Primus checkout above the file) locates Primus's configs."""
+    `primus_root` (or $PRIMUS_ROOT, or a Primus checkout above the file) locates Primus's configs.
+    `stack`: the cluster's stack (stated in `stack_from`), which the workload's stack defaults follow; a
+    native file's `stack:` must agree with it. Without it: the file's `stack:`, Primus for a Primus
+    experiment, else Megatron-LM."""
     p = guarded(path)
     if is_hf_config(p):
         card = hf_card(p)
-        return _split(card, file=str(p), name=card["name"], stack="megatron-lm")
+        return _split(card, file=str(p), name=card["name"], stack=stack or "megatron-lm")
     data = read_mapping(p)
-    return _primus(p, data, primus_root) if "modules" in data else _native(p, data)
+    if is_experiment(p, data):  # a Primus experiment states its stack by its form
+        return _primus(p, primus_root, _stack("primus", str(p), stack, stack_from))
+    return _native(p, data, _stack(data.pop("stack", None), str(p), stack, stack_from))

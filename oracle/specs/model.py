@@ -57,6 +57,13 @@ class ModelArch(BaseModel):
     # for Llama-style ones (RMSNorm or SwiGLU); see `learned_positions` / `has_dropout`
     position_embedding_type: Literal["learned_absolute", "rope", "yarn", "mrope", "relative", "none"] | None = None
     hidden_dropout: float | None = Field(default=None, ge=0.0, lt=1.0)
+    # Carried to the launch so the launched model is the card's; not read by memory or time. None: Megatron's
+    # default (arguments.py core_v0.16.1: --rotary-base 10000, --rotary-percent 1.0, --rotary-scaling-factor
+    # 1.0 (MLA's YaRN factor), --norm-epsilon 1e-5, TransformerConfig.layernorm_epsilon)
+    rotary_base: PositiveInt | None = None
+    rotary_percent: float | None = Field(default=None, gt=0.0, le=1.0)
+    rotary_scaling_factor: float | None = Field(default=None, gt=0.0)
+    norm_epsilon: float | None = Field(default=None, gt=0.0)
     qk_layernorm: bool = False  # a learned norm over each head's query and key (Qwen3)
     qk_l2_norm: bool = False  # Llama 4's weightless L2 norm of query and key
     # Attention pattern (megatron-core 0.16.1 transformer_config.py): sliding window (left, right) on the layers

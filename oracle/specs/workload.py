@@ -20,6 +20,8 @@ class Workload(BaseModel):
     training: TrainingArgs
     stack: str = "megatron-lm"  # whose defaults the arguments follow: megatron-lm | megatron-bridge | primus
     not_modelled: tuple[str, ...] = ()  # real stack arguments the file sets that the oracle does not model
+    notes: tuple[str, ...] = ()  # how reading the file read a value (a deprecated spelling, ...), for the user
+    primus_root: str | None = None  # the Primus tree a Primus experiment was read against (its launch targets it)
 
     def effective(self, trial: TrialConfig | None = None) -> EffectiveConfig:
         """The layout a trial gives on this workload (the baseline when `trial` is None)."""

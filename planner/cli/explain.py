@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from paratune.oracle.constraints import pinned
 from paratune.oracle.errors import InputError
-from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.inputs import load_cluster
 from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
 
 from ..explanation import explain, short_text
@@ -14,11 +13,12 @@ from ..runs import final_pick
 from .run_dir import add_run_arguments, open_run_ledger
 from .search_args import add_search_arguments, with_search_args
 from .trial_args import trial_from_args, within_bounds
+from .workload_args import add_workload_arguments, print_reading, workload_from_args
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("explain", help="the single-knob path from a baseline layout to a winner, and their term diff")
-    p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
+    add_workload_arguments(p)
     p.add_argument("--target-cluster", required=True, help="target cluster YAML")
     p.add_argument("--from", dest="from_config", metavar="CONFIG",
                    help="baseline layout (the forms --config takes); default: the workload's own layout")
@@ -43,7 +43,7 @@ def pick_of_run(out_dir: str, run: int | None, workload: Workload, cluster: Clus
 
 def _run(args: argparse.Namespace) -> int:
     cluster = with_search_args(load_cluster(args.target_cluster), args)
-    workload = pinned(load_workload(args.workload), cluster)
+    workload = workload_from_args(args, cluster)
     baseline = trial_from_args(args.from_config, None, workload) if args.from_config else TrialConfig()
     within_bounds(baseline, workload, cluster.world_size, "--from")
     if args.to_config:
@@ -52,6 +52,7 @@ def _run(args: argparse.Namespace) -> int:
         winner = pick_of_run(args.out_dir, args.run, workload, cluster)
     else:
         raise InputError("name the winner: --to CONFIG, or --out-dir of a tune run", key="--to")
+    print_reading(workload)  # once the whole command line is sound: a refusal stays one line
     x = explain(workload, cluster, baseline, winner)
     if args.json:
         print(x.model_dump_json())

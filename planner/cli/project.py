@@ -6,13 +6,13 @@ import argparse
 import sys
 
 from paratune.oracle.benchmark import BenchmarkUnavailable, evaluate_with_benchmark
-from paratune.oracle.constraints import pinned
 from paratune.oracle.evaluate import evaluate_memory_only, evaluate_simulate
-from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.inputs import load_cluster
 
 from .render import print_result
 from .search_args import add_search_arguments, with_search_args
 from .trial_args import trial_from_args, within_bounds
+from .workload_args import add_workload_arguments, print_reading, workload_from_args
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
@@ -22,7 +22,7 @@ def register(verbs: argparse._SubParsersAction) -> None:
                             ("performance", "legality, memory and projected throughput"),
                             ("benchmark", "performance anchored to one measured layer of each kind (needs a GPU)")):
         p = kinds.add_parser(kind, help=help_text)
-        p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
+        add_workload_arguments(p)
         p.add_argument("--target-cluster", required=True, help="target cluster YAML")
         p.add_argument("--config", help="TrialConfig knobs, or a whole printed layout: inline JSON, a JSON/YAML file, "
                                         "@file, or - (stdin)")
@@ -41,9 +41,10 @@ def _progress(done: int, total: int, message: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     cluster = with_search_args(load_cluster(args.target_cluster), args)
-    workload = pinned(load_workload(args.workload), cluster)
+    workload = workload_from_args(args, cluster)
     trial = within_bounds(trial_from_args(args.config, args.set, workload), workload, cluster.world_size,
                           "--set" if args.set else "--config")
+    print_reading(workload)  # once the whole command line is sound: a refusal stays one line
     if args.kind == "benchmark":
         try:
             result = evaluate_with_benchmark(workload, cluster, trial, allow_cpu=args.allow_cpu, progress=_progress)

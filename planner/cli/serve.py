@@ -8,14 +8,17 @@ import sys
 from pathlib import Path
 
 from paratune.oracle.errors import InputError
+from paratune.oracle.inputs.primus_tree import PRIMUS_ROOT_ENV
 
 from .search_args import add_search_arguments, constraints_from_args, with_search_args
+from .workload_args import add_primus_root
 
 
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("serve", help="MCP server: the oracle as a tool belt over stdio or streamable HTTP")
     p.add_argument("--workload", help="workload YAML: with --target-cluster, opens (or resumes) a default run")
     p.add_argument("--target-cluster", help="target cluster YAML (with --workload)")
+    add_primus_root(p)
     p.add_argument("--ledger", default="paratune-ledger.sqlite", help="ledger file (default: %(default)s)")
     p.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: %(default)s")
     p.add_argument("--host", default="127.0.0.1", help="HTTP address (default: %(default)s)")
@@ -55,6 +58,8 @@ def _run(args: argparse.Namespace) -> int:
     from paratune.server.transport import serve_http, serve_stdio
 
     mask_logs()
+    if args.primus_root:  # every workload the server reads (open_run) finds Primus's configs there
+        os.environ[PRIMUS_ROOT_ENV] = args.primus_root
     roots = AllowedRoots(args.allow_root or [Path.cwd()])
     constraints_from_args(args)  # bad flags fail here, before the server starts
     with Ledger(args.ledger) as ledger:

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedCo
 
 from paratune.oracle.constraints import pinned
 from paratune.oracle.errors import InputError
-from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.inputs import load_cluster
 
 from ..explanation import short_text
 from ..investigator.phase_types import InvestigatorOptions
@@ -20,6 +20,7 @@ from ..llm.env_file import EnvFileError, load_env_file
 from ..pins import check_pins, no_layout_error
 from ..tune_run import TuneOptions, tune
 from .search_args import add_search_arguments, search_argv, with_search_args
+from .workload_args import add_workload_arguments, own_workload, primus_root_argv, reading_lines
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -35,7 +36,7 @@ def _at_least(minimum: int) -> Callable[[str], int]:
 def register(verbs: argparse._SubParsersAction) -> None:
     p = verbs.add_parser("tune", help="seed plan, LLM investigator, sweep and artifacts for one workload on one "
                                       "cluster")
-    p.add_argument("--workload", required=True, help="workload YAML (native or Primus experiment)")
+    add_workload_arguments(p)
     p.add_argument("--target-cluster", required=True, help="target cluster YAML")
     p.add_argument("--out-dir", required=True, help="folder for ledger.sqlite and the artifacts")
     p.add_argument("--seed-only", action="store_true", help="stop after the seed plan")
@@ -90,9 +91,11 @@ def _run(args: argparse.Namespace) -> int:
     if env_file is not None:
         console.print(f"LLM settings read from {env_file} (the environment wins over it)", highlight=False)
     cluster = with_search_args(load_cluster(args.target_cluster), args)
-    own = load_workload(args.workload)
+    own = own_workload(args, cluster)
     check_pins(own, cluster)
     workload = pinned(own, cluster)
+    for line in reading_lines(workload):
+        console.print(line, highlight=False, soft_wrap=True)
     investigator = InvestigatorOptions(agent_loop=args.agent_loop, rounds=args.rounds,
                                        calls_per_round=args.calls_per_round, patience=args.patience,
                                        allow_local_interpreter=args.allow_local_interpreter,
@@ -102,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
                           resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
                           profiling_mode=args.profiling_mode, pick=args.pick, investigator=investigator,
                           calibration_from=Path(args.calibration_from) if args.calibration_from else None,
-                          serve_args=tuple(search_argv(args)))
+                          serve_args=(*search_argv(args), *primus_root_argv(args)))
     with Progress("sweep", BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   transient=True) as bar:
         task = bar.add_task("sweep", total=None)
@@ -133,7 +136,9 @@ def _run(args: argparse.Namespace) -> int:
                   f"{outcome.sweep_best:,.1f} over {outcome.space_size:,} legal points")
     out.print(f"stack: {outcome.stack}")
     if outcome.launch:
-        out.print(outcome.launch.command, soft_wrap=True)
+        out.print(f"launch, from {outcome.launch.where}: bash {(Path(args.out_dir) / 'launch.sh').resolve()}",
+                  highlight=False, soft_wrap=True)
+        out.print(outcome.launch.command, highlight=False, soft_wrap=True)
     files = " ".join(outcome.launch.files) if outcome.launch else ""
     out.print(f"artifacts in {args.out_dir}: ledger.sqlite trials.jsonl summary.json scratchpad.txt trials.png "
               f"breakdown.png trials/ launch.sh {files}".rstrip())

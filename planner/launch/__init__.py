@@ -17,17 +17,16 @@ class LaunchPlan(BaseModel):
     """The winner's launch on one stack: its command and the files (name -> text) it needs beside it."""
 
     stack: str
+    where: str  # the checkout the command runs from (launch.sh says so first)
     command: str
     files: dict[str, str] = Field(default_factory=dict)
 
 
-def launch_plan(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec, workload_file: str,
-                out_dir: str = ".") -> LaunchPlan:
-    """The launch of `cfg` on the cluster's stack (file paths in the command are under `out_dir`)."""
+def launch_plan(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec, workload_file: str) -> LaunchPlan:
+    """The launch of `cfg` on the cluster's stack; the command finds its files beside launch.sh."""
     if cluster.stack == "primus":
-        path = f"{out_dir.rstrip('/')}/{primus.OVERLAY_NAME}"
-        return LaunchPlan(stack="primus", command=primus.command(cluster, path),
+        return LaunchPlan(stack="primus", where=primus.WHERE, command=primus.command(cluster),
                           files={primus.OVERLAY_NAME: primus.overlay_text(cfg, workload, cluster, workload_file)})
     if cluster.stack == "megatron-bridge":
-        return LaunchPlan(stack="megatron-bridge", command=bridge.command(cfg, workload, cluster))
-    return LaunchPlan(stack="megatron-lm", command=megatron_lm.command(cfg, workload, cluster))
+        return LaunchPlan(stack="megatron-bridge", where=bridge.WHERE, command=bridge.command(cfg, workload, cluster))
+    return LaunchPlan(stack="megatron-lm", where=megatron_lm.WHERE, command=megatron_lm.command(cfg, workload, cluster))

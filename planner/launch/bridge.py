@@ -15,6 +15,8 @@ from .settings import COMPANIONS, companions, knob_values
 # Bridge keeps these pairs in step (config.py: either on turns both on), so both are written.
 _TWINS = {"ddp.use_distributed_optimizer": "optimizer.use_distributed_optimizer"}
 
+WHERE = "a Megatron-Bridge checkout"
+
 
 def _value(value: object) -> str:
     """A Hydra override value: null, true/false, [a,b], numbers bare, other strings quoted (a layout

@@ -24,12 +24,17 @@ MODEL_FLAGS = {
     "mtp_num_layers": "--mtp-num-layers", "position_embedding_type": "--position-embedding-type",
     "hidden_dropout": "--hidden-dropout", "softmax_type": "--softmax-type", "window_size": "--window-size",
     "window_attn_skip_freq": "--window-attn-skip-freq", "no_rope_freq": "--no-rope-freq",
+    "rotary_base": "--rotary-base", "rotary_percent": "--rotary-percent",
+    "rotary_scaling_factor": "--rotary-scaling-factor", "norm_epsilon": "--norm-epsilon",
 }
 # Boolean ModelArch fields written as store_true flags when on (TransformerConfig fields in arguments.py).
 _SWITCHES = {"qk_layernorm": "--qk-layernorm", "qk_l2_norm": "--qk-l2-norm", "add_qkv_bias": "--add-qkv-bias"}
 # Fields only an MLA or a MoE model sets (the others keep their defaults, which are no flags to write).
-_MLA_FIELDS = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
+_MLA_FIELDS = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+               "rotary_scaling_factor"}
 _MOE_FIELDS = {"moe_layer_freq", "moe_router_topk"}
+
+WHERE = "a Megatron-LM checkout"
 
 
 def _text(value: object) -> str:
@@ -53,14 +58,19 @@ def model_flags(model: ModelArch, seq_length: int) -> list[str]:
     """The architecture as Megatron-LM flags (the ones `pretrain_gpt.py` needs to build the model)."""
     out = [f"--seq-length {seq_length}", f"--max-position-embeddings {seq_length}"]
     skip = (set() if model.multi_latent_attention else _MLA_FIELDS) | (set() if model.is_moe else _MOE_FIELDS)
+    if model.position_embedding_type is None:  # the kind the card implies, written: Megatron's default is learned
+        out.append(f"--position-embedding-type {'learned_absolute' if model.learned_positions else 'rope'}")
     for name, flag in MODEL_FLAGS.items():
         value = model.__dict__.get(name)
         if name not in skip and value is not None and not (name == "mtp_num_layers" and not value):
             out.append(f"{flag} {_model_text(value)}")
     if model.num_query_groups:
         out.append("--group-query-attention")
-    if model.hidden_dropout is not None:
-        out.append(f"--attention-dropout {_model_text(model.hidden_dropout)}")
+    # the dropout the card implies (ModelArch.has_dropout; Megatron's default is 0.1), attention's the same
+    dropout = (0.1 if model.has_dropout else 0.0) if model.hidden_dropout is None else model.hidden_dropout
+    if model.hidden_dropout is None:
+        out.append(f"--hidden-dropout {dropout}")
+    out.append(f"--attention-dropout {dropout}")
     out += [flag for name, flag in _SWITCHES.items() if model.__dict__.get(name)]
     if model.swiglu:
         out.append("--swiglu")
@@ -107,12 +117,23 @@ def layout_flags(cfg: EffectiveConfig, workload: Workload, vendor: str) -> tuple
     return on, off
 
 
+def environment(cfg: EffectiveConfig) -> dict[str, str]:
+    """The environment `validate_args` requires of the layout (arguments.py core_v0.16.1): TP or CP > 1 needs
+    CUDA_DEVICE_MAX_CONNECTIONS=1 (one kernel queue keeps the TP/CP communication ordered), except with an
+    FSDP or MoE-overlap layout, where Megatron only warns and prefers the default."""
+    if (cfg.tp > 1 or cfg.cp > 1) and not (cfg.use_torch_fsdp2 or cfg.use_megatron_fsdp
+                                          or cfg.overlap_moe_expert_parallel_comm):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
 def command(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) -> str:
     """The torchrun line (run on every node, from a Megatron-LM checkout; data, tokenizer and optimizer
     flags go in "$@")."""
     model = workload.model
     on, off = layout_flags(cfg, workload, cluster.gpu.vendor)
-    launcher = (f"torchrun --nnodes {cluster.num_nodes} --nproc-per-node {cluster.gpus_per_node} "
+    env = " ".join(f"{k}={v}" for k, v in environment(cfg).items())
+    launcher = (f"{env} torchrun --nnodes {cluster.num_nodes} --nproc-per-node {cluster.gpus_per_node} ".lstrip() +
                 "--node-rank ${NODE_RANK:-0} --master-addr ${MASTER_ADDR:-localhost} "
                 "--master-port ${MASTER_PORT:-6000}")
     dtype = "--fp16" if workload.training.fp16 else "--bf16"  # FP8 GEMMs run inside a BF16/FP16 model

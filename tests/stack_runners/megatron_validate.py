@@ -1,0 +1,73 @@
+"""Run Megatron-LM's own `parse_args` + `validate_args` on launch lines (a conformance-test helper, run as a
+script in a child process: it loads the snapshot's `megatron.training` and stubs what needs a GPU).
+
+stdin: JSON {"megatron_lm": <snapshot folder>, "cases": [{"argv": [...], "env": {...}, "arch": 9}]}
+stdout (last line): JSON list, per case {"ok": bool, "error": str, "args": {dest: value, ...}}.
+How it runs on a CPU follows the snapshot README: `megatron.training` loaded as a bare package (its
+`__init__` imports GPU-only modules), `triton` stubbed once torch's compile paths are imported, and
+`get_device_arch_version()` (0.16.1 asks the GPU) answered with the case's compute capability.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import types
+
+
+def _load(root: str) -> types.ModuleType:
+    sys.path.insert(0, root)
+    import megatron.core.transformer  # noqa: F401  (before the triton stub: torch imports the real one or none)
+    if "triton" not in sys.modules:
+        try:
+            import triton  # noqa: F401
+        except ImportError:
+            sys.modules["triton"] = types.ModuleType("triton")
+    pkg = types.ModuleType("megatron.training")
+    pkg.__path__ = [os.path.join(root, "megatron", "training")]
+    sys.modules["megatron.training"] = pkg
+    import megatron.training.global_vars as global_vars
+    for name in dir(global_vars):  # what `megatron/training/__init__.py` re-exports and utils.py imports
+        if name.startswith("get_"):
+            setattr(pkg, name, getattr(global_vars, name))
+    import megatron.training.arguments as arguments
+    return arguments
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def main() -> None:
+    request = json.load(sys.stdin)
+    arguments = _load(request["megatron_lm"])
+    results = []
+    for case in request["cases"]:
+        saved = dict(os.environ)
+        os.environ.update({"WORLD_SIZE": "8", "RANK": "0", "LOCAL_RANK": "0", **case["env"]})
+        arch = int(case.get("arch", 9))
+        arguments.get_device_arch_version = lambda arch=arch: arch
+        sys.argv = ["pretrain_gpt.py", *case["argv"]]
+        out = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+                args = arguments.parse_args()
+                arguments.validate_args(args, {})
+            results.append({"ok": True, "error": "", "args": {k: _plain(v) for k, v in vars(args).items()}})
+        except BaseException as exc:  # SystemExit from argparse, AssertionError from validate_args
+            results.append({"ok": False, "error": f"{type(exc).__name__}: {exc} {out.getvalue()[-600:]}", "args": {}})
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
