@@ -9,9 +9,6 @@ import os
 import re
 from pathlib import Path
 
-from paratune.oracle.errors import InputError
-from paratune.oracle.inputs.read_guard import read_text
-
 
 class EnvFileError(ValueError):
     """A .env file that cannot be read, or a line that is not NAME=value (the message names which)."""
@@ -25,10 +22,12 @@ def load_env_file(path: str | Path | None) -> Path | None:
     file = Path(path) if path is not None else Path(".env")
     if path is None and not file.is_file():
         return None
+    if file.exists() and not file.is_file():  # a FIFO named .env would block the reader
+        raise EnvFileError(f"{file}: cannot read it (not a regular file)")
     try:
-        text = read_text(file)  # a regular file only: a FIFO named .env would block the reader
-    except InputError as exc:
-        raise EnvFileError(f"{file}: cannot read it ({exc.message})") from None
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EnvFileError(f"{file}: cannot read it ({type(exc).__name__})") from None
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
