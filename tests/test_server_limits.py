@@ -21,6 +21,7 @@ from paratune.oracle.cancel import Cancelled, checkpoint, stoppable
 from paratune.oracle.errors import InputError
 from paratune.oracle.inputs.read_guard import read_text, usable
 from paratune.oracle.knob_bounds import check_knob_bounds
+from paratune.oracle.performance.schedule import _program as rank_orders_program
 from paratune.oracle.pipeline_split import SplitError, parse_layout
 from paratune.oracle.specs import TrialConfig
 from paratune.planner.sweep import sweep
@@ -175,6 +176,15 @@ def test_a_stopped_sweep_ends_between_layouts():
     flag.set()
     with stoppable(flag), pytest.raises(Cancelled):
         sweep(workload, cluster, top_k=1, jobs=1)
+
+
+def test_a_stopped_caller_stops_the_pipeline_timeline():
+    """The timeline checks the stop flag once per pass over the ranks: a set flag ends it at once (a
+    schedule not built before, so the cache cannot answer)."""
+    flag = threading.Event()
+    flag.set()
+    with stoppable(flag), pytest.raises(Cancelled):
+        rank_orders_program("1f1b", 7, 1, 13)
 
 
 def test_answers_never_show_the_ledger_path_and_name_the_right_key(tmp_path):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from ..cancel import checkpoint
+
 F, B, W = 0, 1, 2
 SPLIT_BACKWARD = ("zb", "zbv")  # schedules that run W as its own op
 
@@ -135,6 +137,7 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ..
     ptr = [0] * p
     remaining = sum(len(o) for o in orders)
     while remaining:
+        checkpoint()  # a caller that gave up (oracle/cancel.py) stops the timeline here
         progressed = False
         for r in range(p):
             order = orders[r]
