@@ -179,12 +179,12 @@ def test_a_stopped_sweep_ends_between_layouts():
 
 
 def test_a_stopped_caller_stops_the_pipeline_timeline():
-    """The timeline checks the stop flag once per pass over the ranks: a set flag ends it at once (a
-    schedule not built before, so the cache cannot answer)."""
+    """The timeline checks the stop flag once per pass over the ranks: a set flag ends it at once (called
+    past its cache, which could otherwise answer without building)."""
     flag = threading.Event()
     flag.set()
     with stoppable(flag), pytest.raises(Cancelled):
-        rank_orders_program("1f1b", 7, 1, 13)
+        rank_orders_program.__wrapped__("1f1b", 7, 1, 13)
 
 
 def test_answers_never_show_the_ledger_path_and_name_the_right_key(tmp_path):
