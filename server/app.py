@@ -12,6 +12,7 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase
+from mcp.types import Tool as MCPTool
 from mcp.types import ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 
@@ -21,7 +22,7 @@ from paratune.oracle.benchmark import BenchmarkUnavailable
 from paratune.oracle.errors import LINE, InputError, clip
 from paratune.oracle.inputs.yaml_io import build
 
-from . import prompts, resources, tools_eval, tools_info, tools_run
+from . import prompts, resources, schemas, tools_eval, tools_info, tools_run
 from .descriptions import HINTS, INSTRUCTIONS
 from .exact_args import exact_arguments
 from .failures import describe
@@ -42,7 +43,7 @@ def _strict(fn: Callable) -> Tool:
     strict = cast(type[ArgModelBase], type(loose.__name__, (loose,), {
         "__module__": loose.__module__, "model_config": ConfigDict(**loose.model_config, extra="forbid")}))
     tool.fn_metadata.arg_model = strict
-    tool.parameters = strict.model_json_schema(by_alias=True)
+    tool.parameters = schemas.compact(strict.model_json_schema(by_alias=True))
     return tool
 
 
@@ -61,8 +62,14 @@ class ParatuneServer(MCPServer):
 
     def __init__(self, tools: list[Tool], *, private: list[str], **kwargs: Any):
         self._tools = {t.name: t for t in tools}
+        self._published = schemas.stated_once({t.name: t.parameters for t in tools})
         self._private = sorted(set(private), key=len, reverse=True)
         super().__init__(tools=tools, **kwargs)
+
+    async def list_tools(self) -> list[MCPTool]:
+        """The tools with their input schemas as published (`schemas.stated_once`: the layout's knobs once); each
+        call is still checked against its tool's whole schema."""
+        return [t.model_copy(update={"input_schema": self._published[t.name]}) for t in await super().list_tools()]
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         try:
@@ -105,10 +112,15 @@ class ParatuneServer(MCPServer):
 
 def build_server(session: Session, *, log_level: str = "WARNING") -> ParatuneServer:
     """The paratune MCP server acting on `session`."""
-    fns = tools_eval.tools(session) + tools_info.tools(session) + tools_run.tools(session)
+    tools = [_strict(fn) for fn in tools_eval.tools(session) + tools_info.tools(session) + tools_run.tools(session)]
+    outputs = {}  # each tool's whole output schema, served once as a resource; tools/list carries the compact one
+    for tool in tools:
+        if (whole := tool.fn_metadata.output_schema) is not None:
+            outputs[tool.name] = whole
+            tool.fn_metadata.output_schema = schemas.output_schema(whole)
     ledger = session.ledger.path
-    server = ParatuneServer([_strict(fn) for fn in fns], private=[str(ledger), str(ledger.resolve())], name="paratune",
+    server = ParatuneServer(tools, private=[str(ledger), str(ledger.resolve())], name="paratune",
                             version=version("paratune"), instructions=INSTRUCTIONS, log_level=log_level)
-    resources.register(server, session)
+    resources.register(server, session, schemas.shared(outputs))
     prompts.register(server)
     return server

@@ -12,7 +12,8 @@ A session: open_run (unless the server already has one) -> get_architecture, get
 get_legal_axes -> run_seed_plan -> propose cross-axis configs, check them with
 evaluate_memory_only (free) and score them with evaluate_simulate (budgeted) -> keep notes with
 note_to_scratchpad -> export_best. A config is an object of knobs; an absent knob keeps the
-workload's own value. Identical layouts are answered from the ledger without spending budget."""
+workload's own value. Identical layouts are answered from the ledger without spending budget.
+Output schemas name the models they hold (EvalResult, ...); the resource paratune://schemas has them whole."""
 
 # title, then MCP's behaviour hints (read_only, destructive, idempotent, open_world) per tool. "Read-only"
 # tools record nothing; the evaluate tools record a trial but answer a repeat from the ledger (idempotent);

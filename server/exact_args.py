@@ -40,9 +40,27 @@ def _branches(schema: dict[str, Any], defs: dict[str, Any]) -> list[dict[str, An
     return [_resolved(s, defs) for s in alternatives] if alternatives else [schema]
 
 
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
+
+
+def _types(branches: list[dict[str, Any]]) -> set[str]:
+    """The JSON types the alternatives admit: their `type`s (a name or a list of names), or those of an enum's
+    values (the compact schemas write an optional enum as its values and null, `server/schemas.py`)."""
+    types: set[str] = set()
+    for b in branches:
+        declared = b.get("type")
+        if isinstance(declared, list):
+            types |= set(declared)
+        elif declared is not None:
+            types.add(declared)
+        else:
+            types |= {_JSON_TYPES[type(v)] for v in b.get("enum", ()) if type(v) in _JSON_TYPES}
+    return types
+
+
 def _exact(value: Any, schema: dict[str, Any], defs: dict[str, Any], key: str) -> Any:
     branches = _branches(schema, defs)
-    types = {b.get("type") for b in branches}
+    types = _types(branches)
     if value is None and "null" in types:
         return value
     if "object" in types and isinstance(value, str) and value.lstrip().startswith("{"):
@@ -55,7 +73,7 @@ def _exact(value: Any, schema: dict[str, Any], defs: dict[str, Any], key: str) -
         return {k: _exact(v, properties[k], defs, f"{key}.{k}" if key else k) if k in properties else v
                 for k, v in value.items()}
     if isinstance(value, list):
-        items = next((b.get("items", {}) for b in branches if b.get("type") == "array"), None)
+        items = next((b.get("items", {}) for b in branches if "array" in _types([b])), None)
         return value if items is None else [_exact(v, items, defs, f"{key}[{i}]") for i, v in enumerate(value)]
     if "integer" in types and "number" not in types:
         return _integer(value, key)

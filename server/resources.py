@@ -12,6 +12,7 @@ from paratune.oracle import catalog
 from paratune.oracle.errors import InputError, clip
 from paratune.oracle.performance.calibration import calibrated
 
+from .schemas import SHARED_URI
 from .session import Session
 
 PAGE = 200  # trials per page of the trials resource
@@ -21,8 +22,9 @@ def _json(data: Any) -> str:
     return json.dumps(data, indent=1, sort_keys=True, default=str)
 
 
-def register(server: MCPServer, session: Session) -> None:
-    """Add the paratune:// resources to `server`."""
+def register(server: MCPServer, session: Session, shared_schemas: dict[str, Any]) -> None:
+    """Add the paratune:// resources to `server`; `shared_schemas` is the tools' whole output schemas, each model
+    once (`schemas.shared`)."""
     ledger = session.ledger
 
     def known_run(run_id: str) -> int:
@@ -79,3 +81,10 @@ def register(server: MCPServer, session: Session) -> None:
         aliases = catalog.aliases_of()
         return _json({name: {**catalog.gpu_card(name), "aliases": aliases.get(name, []),
                              "calibrated": calibrated(catalog.gpu(name))} for name in catalog.gpu_names()})
+
+
+    @server.resource(SHARED_URI, name="schemas", mime_type="application/schema+json",
+                     description="The tools' whole output schemas: `tools.<name>` per tool, each model they name "
+                                 "once in `$defs`.")
+    def whole_schemas() -> str:
+        return _json(shared_schemas)

@@ -30,14 +30,9 @@ from paratune.planner.runs import final_pick
 from .offload import BENCHMARK_S, EXPLAIN_S, LAYOUT_S, off_loop
 from .session import Session
 
-CONFIG_TEXT = ("TrialConfig knobs (tp, pp, ep, cp, etp, vpp, mbs, gbs, pp_schedule, recompute_granularity, "
-               "recompute_method, recompute_num_layers, fp8, use_distributed_optimizer, use_torch_fsdp2, "
-               "use_megatron_fsdp, moe_token_dispatcher_type, moe_flex_dispatcher_backend, use_turbo_deepep, "
-               "sync_free_stage, tp_comm_overlap, overlap_moe_expert_parallel_comm, cuda_graph_impl, "
-               "overlap_grad_reduce, cross_entropy_loss_fusion, the pipeline split knobs, recompute_modules, "
-               "grad_reduce_in_fp32, fp8_param_gather, optimizer_cpu_offload), or a whole layout as paratune "
-               "prints one (an EvalResult's config); absent knobs keep the workload's values; {} = baseline")
-WINNER_TEXT = "the winner: TrialConfig knobs or a printed layout, as for from_config; absent = the run's pick"
+# The knobs themselves are the config schema's properties (TrialConfig's fields): stated once, not restated here.
+CONFIG_TEXT = "the knobs to change (values: get_legal_axes) or a whole layout as paratune prints one; {} = the baseline"
+WINNER_TEXT = "the winner, as for from_config; absent = the run's pick"
 Origin = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:/+-]+$",
                               description="tag recorded with the trial, e.g. 'llm:round2'")]
 
@@ -111,19 +106,18 @@ def tools(session: Session) -> list[Callable]:
 
     async def evaluate_memory_only(config: Config, origin: Origin = "mcp") -> Evaluation:
         """Legality and projected per-GPU memory (GiB, most-loaded pipeline stage, with a breakdown) of one layout.
-        Free: spends no budget, takes about a millisecond. Call it before evaluate_simulate when unsure a layout
-        fits (fits=false means it would run out of memory). An illegal layout is not an error: it comes back with
-        legal=false and every violated rule (stable codes), is recorded, and spends no budget. Returns the trial
-        id, whether the ledger already had it (cached), the memory_only budget line and the EvalResult."""
+        Free (no budget, about a millisecond): call it before evaluate_simulate when unsure a layout fits
+        (fits=false: it would run out of memory). An illegal layout is a result, not an error: legal=false with
+        every violated rule's code; recorded, no budget spent. Returns the trial id, cached (the ledger had it),
+        the memory_only budget line and the EvalResult."""
         return await evaluated(config, "memory_only", origin)
 
     async def evaluate_simulate(config: Config, origin: Origin = "mcp") -> Evaluation:
         """Legality, memory and projected throughput of one layout: iteration_ms, tokens_per_s_per_gpu (the
-        objective, higher is better), TFLOP/s per GPU, MFU and a time breakdown. Costs one call of the run's
-        simulate budget (max_perf_calls) unless the same layout was simulated before (cached=true, free); when
-        the budget is spent the call fails and says so. An illegal layout is not an error: it comes back with
-        legal=false and every violated rule (stable codes), is recorded, and spends no budget. Returns the trial
-        id, cached, the simulate budget line after the call and the EvalResult."""
+        objective, higher is better), TFLOP/s per GPU, MFU and a time breakdown. Costs one call of the simulate
+        budget (max_perf_calls) unless the layout was simulated before (cached=true, free); once it is spent the
+        call fails and says so. An illegal layout is a result, not an error (legal=false, every violated rule's
+        code; no budget spent). Returns the trial id, cached, the budget line after the call and the EvalResult."""
         return await evaluated(config, "simulate", origin)
 
     async def evaluate_with_benchmark(config: Config, origin: Origin = "mcp") -> Evaluation:
@@ -154,13 +148,11 @@ def tools(session: Session) -> list[Callable]:
     async def explain(from_config: Config, to_config: Annotated[TrialConfig | None, knobs, Field(
             description=WINNER_TEXT)] = None) -> Explanation:
         """Why one layout beats another: from_config (default {}, the workload's own layout) to to_config (default:
-        the run's pick, as export_best picks). Returns both EvalResults, the path of single-knob changes between
-        them (a knob with the knobs that only qualify it; two knobs when only legal together), each re-projected
-        with its tokens/s/GPU and memory delta and the same change's gain on the baseline alone (knobs interact:
-        the order matters, and `order` says how it was chosen), and the term-by-term difference of the two time
-        breakdowns (ms/iteration: compute, recompute, TP/CP/EP/FSDP communication, exposed DP communication,
-        pipeline bubble, optimizer) and memory breakdowns (GiB: weights, grads, optimizer, activations, buffers).
-        Free and not recorded; takes a second or two."""
+        the run's pick, as export_best picks). Returns both EvalResults; the path of single-knob changes between
+        them (a knob with the knobs that only qualify it; two when only legal together), each with its
+        tokens/s/GPU and memory delta and the same change's gain on the baseline alone (knobs interact: `order`
+        says how the order was chosen); and the term-by-term difference of the two time breakdowns (ms/iteration)
+        and memory breakdowns (GiB). Free, not recorded; a second or two."""
         a = session.active
         baseline = session.bounded(from_config, "from_config")
         winner = None if to_config is None else session.bounded(to_config, "to_config")
@@ -178,10 +170,9 @@ def tools(session: Session) -> list[Callable]:
 
     async def get_legal_axes() -> LegalAxes:
         """The values each knob may take on its own for this model on this cluster (divisibility of heads, layers,
-        experts, sequence, world size), limited to what the cluster's stack has and the search constraints allow
-        (a knob the stack lacks shows only its off value), plus the world size. Free. Call it first when
-        proposing layouts; cross-axis rules (TP*PP*CP*DP = world, GBS divisible by MBS*DP, ...) are checked by
-        validate_config and the evaluate tools."""
+        experts, sequence, world size), within what the cluster's stack has and the search constraints allow (a
+        knob the stack lacks shows only its off value), and the world size. Free. Call it first when proposing
+        layouts; cross-axis rules (TP*PP*CP*DP = world, GBS divisible by MBS*DP, ...) are validate_config's."""
         a = session.active
         return search_axes(a.workload, a.cluster)
 

@@ -153,13 +153,12 @@ def tools(session: Session) -> list[Callable]:
                                                            description="measured peak per GPU, GiB")] = None,
             note: Annotated[str, Field(max_length=2000)] = "") -> Recorded:
         """Record what the user's cluster measured for a trial of the active run (trial_id from an evaluation or
-        get_history): tokens_per_s_per_gpu, optionally peak_memory_gib per GPU; refused when not finite, not above 0,
-        above the layout's rate at the GPU's dense peak, or above the GPU's HBM. A layout the oracle projected not
-        to fit is accepted (it ran). Stored in the ledger (source measured); the measured layout then ranks by its
-        measurement, and every other projection of the run carries `calibrated` beside its raw value (one time
-        factor: the median of measured/projected iterations; one activation-memory factor from measured peaks;
-        residuals per measured trial). get_best and export_best follow. Returns the measurement, the factors with
-        how they were fitted, and the trial raw and as measured."""
+        get_history): tokens_per_s_per_gpu, optionally peak_memory_gib per GPU; refused when not finite, not above
+        0, above the layout's rate at the GPU's dense peak, or above its HBM (a layout projected not to fit is
+        accepted: it ran). The measured layout then ranks by its measurement, and the run's other projections
+        carry `calibrated` beside the raw value (a time and an activation-memory factor fitted to the
+        measurements); get_best and export_best follow. Returns the measurement, the factors, and the trial raw
+        and as measured."""
         run_id = session.active.run.id
         m, f, trial = record(session.ledger, run_id, trial_id, tokens_per_s_per_gpu, peak_memory_gib, note)
         return Recorded(measurement=m, factors=f, trial_id=trial.id, raw=trial.result, calibrated=trial.calibrated)
@@ -193,10 +192,9 @@ def tools(session: Session) -> list[Callable]:
         return session.ledger.add_note(session.active.run.id, text, author=plain_text(author, "author"))
 
     async def read_scratchpad() -> Scratchpad:
-        """The run's scratchpad notes (id, author, text, time), oldest first: every note, or the latest ones when
-        they are long (`omitted` says how many older ones the resource paratune://runs/{run_id}/scratchpad has).
-        Free. Read it at the start of
-        a round to recall the hypotheses and what was already ruled out."""
+        """The run's scratchpad notes (id, author, text, time), oldest first: all, or the latest when they are long
+        (`omitted` counts the older ones; paratune://runs/{run_id}/scratchpad has them). Free. Read it at the
+        start of a round to recall the hypotheses and what was ruled out."""
         run_id = session.active.run.id
         notes, omitted = newest_within(session.ledger.notes(run_id), lambda n: len(n.text))
         return Scratchpad(run_id=run_id, notes=notes, omitted=omitted)

@@ -166,10 +166,9 @@ def tools(session: Session) -> list[Callable]:
                     jobs: Annotated[int, Field(ge=1, le=os.cpu_count() or 1, description="worker processes")] = 1,
                     top_k: Annotated[int, Field(ge=1, le=100, description="best layouts to keep")] = 10) -> SweepReport:
         """Score the whole legal space of the run with the oracle (memory pre-filter, then simulate) and record the
-        top_k layouts as trials; this is the reference optimum and spends no budget. CPU-heavy: seconds to
-        minutes depending on the space; reports progress; `jobs` worker processes (default 1). Returns the space
-        size, how many fit, the wall time and the top layouts, best first (trial id, tokens/s/GPU, memory and the
-        history line of each; get_best and get_history read their whole results)."""
+        top_k layouts as trials: the reference optimum, spending no budget. CPU-heavy (seconds to minutes);
+        reports progress. Returns the space size, how many fit, the wall time and the top layouts, best first
+        (trial id, tokens/s/GPU, memory, history line; get_best and get_history read their whole results)."""
         a = session.active
         result = await off_loop(functools.partial(
             run_sweep, a.workload, a.cluster, top_k=top_k, jobs=jobs, progress=_relay(ctx, "sweep")),
@@ -189,10 +188,8 @@ def tools(session: Session) -> list[Callable]:
                 "headroom; argmax: the highest projected tokens/s/GPU"))] = "robust") -> Export:
         """Write the run's artifacts to out_dir (under the allowed roots; created if missing): trials.jsonl,
         summary.json, trials.png, trials/<id>.yaml (re-runnable workload overlays) and, when there is a winner,
-        launch.sh and the files its command reads (Primus: winner.primus.yaml). The winner is the robust pick by
-        default (of the layouts within the oracle's stated error of the best, the one with the most memory
-        headroom, then fewer stack-specific knobs); pick=argmax takes the highest projection. Free. Returns the
-        files, the winner, the pick and why, the stack and its launch."""
+        launch.sh and the files its command reads (Primus: winner.primus.yaml). The winner is the `pick`
+        (robust by default). Free. Returns the files, the winner, the pick and why, the stack and its launch."""
 
         def exported() -> Export:
             a = session.active

@@ -1,6 +1,6 @@
 """`paratune serve` over stdio, spoken to in raw JSON-RPC: every malformed line gets exactly one JSON-RPC 2.0
 error (-32700 or -32600, the request's id where readable), valid notifications and blank lines get none, and the
-server keeps answering pings throughout."""
+server keeps answering pings throughout; its tool list, as written on the wire, fits an assistant's context."""
 
 from __future__ import annotations
 
@@ -61,3 +61,14 @@ def test_a_json_escaped_lone_surrogate_in_a_valid_request_is_answered(wire):
 def test_blank_lines_and_notifications_get_no_answer(wire, line):
     wire.send(line)
     assert len(wire.answers_until_pong(wire.ping())) == 1
+
+
+TOOLS_LIST_LIMIT = 32 * 1024  # issue 29: the bytes every assistant reads before its first call
+
+
+def test_the_tool_list_on_the_wire_is_at_most_32_kib(wire):
+    wire.send(b'{"jsonrpc":"2.0","id":"tools","method":"tools/list"}')
+    line = wire.receive_line()
+    tools = json.loads(line)["result"]["tools"]
+    assert len(tools) == 19 and all(t["description"] and t["inputSchema"] and t["outputSchema"] for t in tools)
+    assert len(line.rstrip(b"\n")) <= TOOLS_LIST_LIMIT, f"tools/list is {len(line):,} bytes"

@@ -117,6 +117,19 @@ def test_inexact_integers_are_refused_naming_the_key(value):
     assert caught.value.key == "config.tp"
 
 
+def test_the_compact_schema_forms_are_read_the_same():
+    """A type list and an enum of values (server/schemas.py writes optional knobs so) say integer or boolean too."""
+    schema = {"properties": {"n": {"type": ["integer", "null"]}, "k": {"enum": [1, 2, None]},
+                             "b": {"type": ["boolean", "null"]}, "xs": {"type": ["array", "null"], "items": {
+                                 "type": "integer"}}}}
+    assert exact_arguments({"n": "3", "k": "2", "b": "true", "xs": ["4"]}, schema) == \
+        {"n": 3, "k": 2, "b": True, "xs": [4]}
+    for key, value in (("n", True), ("k", 2.0), ("b", 1), ("xs", [True])):
+        with pytest.raises(InputError) as caught:
+            exact_arguments({key: value}, schema)
+        assert caught.value.key == (f"{key}[0]" if key == "xs" else key)
+
+
 def test_booleans_are_true_false_or_exactly_their_words():
     schema = {"properties": {"resume": {"type": "boolean"}}}
     assert exact_arguments({"resume": "false"}, schema) == {"resume": False}

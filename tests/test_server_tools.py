@@ -13,6 +13,7 @@ import yaml
 from mcp.shared.exceptions import MCPError
 
 from paratune.oracle.errors import InputError
+from paratune.oracle.specs import TrialConfig
 from paratune.server.paths import AllowedRoots
 
 from .test_server_common import (
@@ -69,10 +70,17 @@ def test_tool_list_is_typed_and_described(call):
     for tool in listed:
         assert len(tool.description) > 60, tool.name
         assert tool.output_schema and tool.input_schema["additionalProperties"] is False, tool.name
-    schema = next(t for t in listed if t.name == "evaluate_simulate").input_schema
+    schema = next(t for t in listed if t.name == "evaluate_memory_only").input_schema
     config = schema["$defs"][schema["properties"]["config"]["$ref"].split("/")[-1]]
-    assert config["type"] == "object"
-    assert {"tp", "pp", "ep", "mbs", "recompute_granularity"} <= set(config["properties"])
+    assert config["type"] == "object" and config["additionalProperties"] is False
+    assert set(config["properties"]) == set(TrialConfig.model_fields)  # every knob, stated here
+    assert config["properties"]["tp"] == {"type": "integer", "minimum": 1}  # PositiveInt, absent = omitted
+    # the other layout arguments name that statement instead of repeating the 35 knobs
+    stated = [t.name for t in listed if "$defs" in t.input_schema]
+    assert stated == ["evaluate_memory_only"], stated
+    for tool, argument in (("evaluate_simulate", "config"), ("validate_config", "config"), ("explain", "to_config")):
+        schema = next(t for t in listed if t.name == tool).input_schema["properties"][argument]
+        assert schema["type"] == "object" and "as evaluate_memory_only's config" in schema["description"]
 
 
 def test_simulate_spends_budget_once_and_dedupes(call):
