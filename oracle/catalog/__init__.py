@@ -75,5 +75,5 @@ def gpu(name: str, *, file: str | None = None, key: str = "target_cluster.gpu_ar
         close = difflib.get_close_matches(name.strip().lower(), gpu_names() + list(gpu_aliases()), n=3, cutoff=0.4)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise InputError(f"unknown GPU '{name}'; {hint}known GPUs: {', '.join(gpu_names())}; or describe it "
-                         "with every figure in a hardware: block (README, Conventions)", file=file, key=key)
+                         "with every figure in a hardware: block (docs/inputs.md, Catalogs)", file=file, key=key)
     return GPUSpec(**gpu_card(name))
