@@ -1,17 +1,21 @@
-"""The tools' JSON Schemas as `tools/list` publishes them: compact, and each model's whole schema once.
+"""The tools' JSON Schemas as `tools/list` publishes them: compact, the layout's knobs stated once, and each
+model's whole schema served once as a resource.
 
 An assistant reads every tool's schemas before its first call, so their size is context it cannot use for the
 work. pydantic's schemas repeat what neither an assistant nor a client's validator needs (a `title` on every
 property that is its name capitalised, `default: null` on every optional field, `anyOf [X, {"type": "null"}]`
-for each of them), and the result models (EvalResult alone is in eight tools) were repeated per tool: 110 KB.
+for each of them), the layout (TrialConfig, 35 knobs) was in five tools' inputs and the result models
+(EvalResult alone in eight tools) in every output: 113.6 KB on the wire (`benchmarks/mcp_tool_list.py`).
 
-- An input schema keeps every property and constraint (the argument model still validates each call), written
-  compactly: no generated titles, no `default: null`, an optional `X` as `"type": [X, "null"]` (an enum gains
-  `null`), and string enums with their off spelling joined into one enum.
+- An input schema keeps every property and constraint, written compactly (`compact`): no generated titles, an
+  optional argument whose null means absent published without its null (to be omitted), integer bounds
+  inclusive, an enum and its off spelling as one enum. The argument models still read a null as absent and
+  check every call, and `exact_args` reads these forms.
+- The layout is stated in full by the first tool taking it (`stated_once`); the others name it there.
 - An output schema is the tool's own result object, field by field, compacted the same way; a nested model is
-  an object named by its description (`"EvalResult: the raw projection"`). The results still validate against
-  it, as the MCP client does for every call (mcp 2.3 `ClientSession.validate_tool_result`).
-- Every model's whole schema is published once, as the resource `paratune://schemas` (`SHARED_URI`).
+  an object named in its description (`"EvalResult: the raw projection"`, `output_schema`). Results still
+  validate against it, as the MCP client checks on every call (mcp 2.3 `ClientSession.validate_tool_result`).
+- Every model's whole schema is in the resource `paratune://schemas` (`SHARED_URI`, `shared`), once.
 
 Definitions cannot be shared between tools on the wire: a `$ref` in an output schema must resolve inside that
 schema (mcp 2.3 `ClientSession._output_schema_validator` builds each validator over an empty registry, and an

@@ -42,6 +42,8 @@ def well_formed(schema: dict[str, Any], defs: dict[str, Any], key: str) -> st.Se
     if "const" in schema:
         return st.just(schema["const"])
     kind = schema.get("type")
+    if isinstance(kind, list):  # the compact schemas' ["integer", "null"] (server/schemas.py)
+        return st.one_of([well_formed({**schema, "type": k}, defs, key) for k in kind])
     if kind == "integer":
         low = schema.get("minimum", schema.get("exclusiveMinimum", -1) + 1)
         return st.integers(low, min(schema.get("maximum", low + 8), low + 8))
