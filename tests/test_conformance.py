@@ -101,6 +101,37 @@ def test_full_sft_reads_and_lora_is_refused_by_key(primus_root: Path, tmp_path: 
     assert sft.effective().mbs == parsed["args"]["micro_batch_size"]
 
 
+def _diffusion() -> list[Path]:
+    """The snapshot's published Flux experiments (examples/megatron/configs/<GPU>/diffusion/)."""
+    root = conformance_root()
+    return [] if root is None else sorted(
+        p for gpu in GPU_CLUSTERS for p in (root / "primus" / "examples" / "megatron" / "configs" / gpu /
+                                            "diffusion").glob("*.yaml"))
+
+
+DIFFUSION = _diffusion()
+
+
+def test_published_flux_experiments_are_refused_as_not_gpt(primus_root: Path) -> None:
+    """Primus's own parser gives each Flux experiment (its `extends:` followed) its own trainer
+    (`trainer_class`) and a diffusion `model_type`: paratune refuses each naming the file, that key and both
+    values, rather than giving it a GPT verdict."""
+    assert DIFFUSION
+    for experiment, parsed in zip(DIFFUSION, primus_parse(DIFFUSION), strict=True):
+        name = artifact("primus", experiment)
+        assert parsed["ok"], f"{name}: {parsed['error']}"
+        own, kind = parsed["args"]["trainer_class"], parsed["args"]["model_type"]
+        with pytest.raises(InputError) as refused:
+            load_workload(experiment)
+        assert (refused.value.file, refused.value.key) == (str(experiment), "modules.pre_trainer.trainer_class"), name
+        assert repr(own) in refused.value.message and repr(kind) in refused.value.message, name
+
+
+def test_the_published_flux_set_is_the_one_counted() -> None:
+    snapshot("primus")
+    assert len(DIFFUSION) == 20, [p.name for p in DIFFUSION]
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Primus overlays in PrimusParser
 

@@ -191,12 +191,31 @@ def _refuse_lora(args: dict[str, Any], module: str, file: str) -> None:
                          key=f"modules.{module}.lora.enabled")
 
 
+def _refuse_own_trainer(trainer: dict[str, Any], module: str, file: str) -> None:
+    """A module-level `trainer_class` makes Primus run that trainer in place of its Megatron GPT trainer
+    (AMD-AGI/Primus fd1eeab primus/core/launcher/parser.py keeps it beside the presets for the launcher). The
+    published ones are Flux's (examples/megatron/configs/<GPU>/diffusion/*.yaml: `trainer_class:
+    FluxPretrainTrainer`, `model_type: flux_schnell` or `diffusion_model`, a model preset over
+    models/megatron/diffusion_model.yaml with joint and single blocks over image latents and text): diffusion
+    transformers, not the GPT decoders (dense or MoE, MHA/GQA/MLA) the oracle projects."""
+    own = trainer.get("trainer_class")
+    if own is None:
+        return
+    overrides = trainer.get("overrides") if isinstance(trainer.get("overrides"), dict) else {}
+    kind = overrides.get("model_type")
+    raise InputError(f"Primus trains this experiment with its own trainer {own!r}"
+                     f"{f' (model_type {kind!r})' if kind else ''}, not its Megatron GPT trainer: paratune projects "
+                     "GPT-style decoders only (a Flux diffusion transformer is not one)", file=file,
+                     key=f"modules.{module}.trainer_class")
+
+
 def _primus(path: Path, primus_root: str | None, stack: str) -> Workload:
     """A Primus experiment read as Primus reads it (oracle/inputs/primus_tree.py): the experiment with its
     own `extends:` parents merged, then its trainer's module config chain, the model file's keys it lacks,
     then `overrides`; a catalog model name stands for a model file."""
     file = str(path)
     module, trainer = _trainer(experiment_mapping(path), file)
+    _refuse_own_trainer(trainer, module, file)
     ref = trainer.get("model")
     if not isinstance(ref, str):
         raise InputError("missing model file or name", file=file, key=f"modules.{module}.model")
