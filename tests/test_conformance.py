@@ -252,6 +252,68 @@ def test_megatron_lm_launches_pass_parse_and_validate_args(tmp_path: Path) -> No
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Megatron-LM flags files read back as workloads
+
+
+def test_the_flag_table_is_megatron_lms_own_parser() -> None:
+    """oracle/inputs/vocabulary/megatron_lm_flags.json is what Megatron-LM's `add_megatron_arguments` holds in
+    the snapshot (rebuilt here from the parser itself by scripts/build_megatron_flags.py)."""
+    build = _script("build_megatron_flags")
+    name = artifact("megatron-lm", snapshot("megatron-lm") / "megatron" / "training" / "arguments.py")
+    assert build.OUT.read_text(encoding="utf-8") == build.text(build.table(snapshot("megatron-lm"))), name
+
+
+def _plain(value: object) -> object:
+    """A value as the runner's JSON gives it (tuples as lists)."""
+    return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def test_megatron_lm_launches_read_back_to_the_same_layout_and_model(tmp_path: Path) -> None:
+    """Each of the 12 Megatron-LM launches (dense/MoE/MLA, NVIDIA/AMD) written as launch.sh and read back as a
+    workload gives the winner's whole layout and the card's model. Where the card leaves a field to Megatron's
+    default (None: position embedding, dropout, rotary percent, norm epsilon, ...), the launch states it and the
+    read value is what Megatron-LM's own parse_args + validate_args gives for that launch; every model field
+    that is a Megatron-LM dest agrees with Megatron's parsed value."""
+    snapshot("megatron-lm")
+    cases, checks = [], []
+    for n, (workload_file, cluster_file, trial) in enumerate(_megatron_cases(tmp_path)):
+        workload = load_workload(workload_file, stack="megatron-lm")
+        cluster = load_cluster(CLUSTERS / cluster_file).model_copy(update={"stack": "megatron-lm"})
+        cfg = workload.effective(trial)
+        command = launch_plan(cfg, workload, cluster, workload_file).command
+        launch = tmp_path / f"launch-{n}.sh"
+        launch.write_text(f"#!/usr/bin/env bash\n# run from a Megatron-LM checkout\n{command}\n")
+        argv, env = launch_argv(command, [])
+        cases.append((argv + ["--mock-data", "--tokenizer-type", "NullTokenizer", "--lr", "1e-4", "--train-iters",
+                              "10"], env, cluster.world_size))
+        checks.append((f"{Path(workload_file).name} {trial.model_dump(exclude_none=True)} as {launch.name}", cfg,
+                       workload, load_workload(launch, stack="megatron-lm")))
+    for (label, cfg, workload, read), result in zip(checks, megatron_validate(cases), strict=True):
+        assert result["ok"], f"{label}: {result['error']}"
+        assert read.stack == "megatron-lm" and read.effective() == cfg, label
+        parsed = result["args"]
+        for field, value in workload.model:
+            got = getattr(read.model, field)
+            if field in ("name", "source"):
+                continue
+            if field == "moe_layer_freq":  # Megatron's moe_freq_type evaluates the list expression
+                assert read.model.moe_layer_pattern == workload.model.moe_layer_pattern, label
+                continue
+            if value is not None:
+                assert got == value or (field in _MLA_ONLY and not workload.model.multi_latent_attention), (
+                    f"{label}: {field} {got!r} != {value!r}")
+            if field in parsed and got is not None and field not in ("num_query_groups", "add_qkv_bias"):
+                want = 0 if field == "mtp_num_layers" and parsed[field] is None else parsed[field]  # None: no MTP
+                assert _plain(got) == want, f"{label}: {field} {got!r}, Megatron-LM: {parsed[field]!r}"
+        assert read.model.qkv_bias == workload.model.qkv_bias and read.model.groups == workload.model.groups, label
+        assert read.model.vocab_size == workload.model.vocab_size, label
+
+
+# MLA fields that a model without MLA does not read (Megatron-LM's --kv-lora-rank default is 32; the card's 512)
+_MLA_ONLY = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Megatron-Bridge overrides against the ConfigContainer dataclasses
 
 
@@ -276,8 +338,9 @@ class _Folders:
         return None
 
 
-def _vocabulary_builder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_vocabulary", ROOT / "scripts" / "build_vocabulary.py")
+def _script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
@@ -302,7 +365,7 @@ def test_bridge_overrides_are_config_container_fields_and_keep_grouped_gemm(tmp_
 
     bridge = snapshot("megatron-bridge")
     core = Path(megatron.core.__file__).resolve().parents[2]
-    builder = _vocabulary_builder()
+    builder = _script("build_vocabulary")
     builder.BRIDGE_EXTRA_TYPES = {}  # the model providers' base lives in models/, which the snapshot lacks
     names, _ = builder.megatron_bridge_names(_Folders(bridge), _Folders(core, snapshot("megatron-lm")))
     vocabulary = (ROOT / "oracle" / "inputs" / "vocabulary" / "megatron_bridge.txt").read_text().splitlines()

@@ -9,6 +9,7 @@ from ..catalog import model_card, model_names
 from ..errors import InputError
 from ..specs import ModelArch, TrainingArgs, Workload
 from .hf_config import hf_card, is_hf_config
+from .megatron_flags import is_flags_file, read_flags
 from .megatron_values import megatron_values
 from .primus_tree import experiment_mapping, find_primus_root, is_experiment, resolve_trainer
 from .read_guard import guarded, usable
@@ -73,6 +74,13 @@ def _card(ref: str, base_dir: Path, file: str, seen: tuple[str, ...] = ()) -> di
         file=file,
         key="extends",
     )
+
+
+# The Megatron/Primus spellings `_apply_aliases` reads as modelled keys.
+ALIASES = {"layernorm_epsilon", "disable_bias_linear", "group_query_attention", "num_layers_in_first_pipeline_stage",
+           "num_layers_in_last_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+           "num_layers_per_virtual_pipeline_stage", "recompute_activations", "moe_layer_recompute",
+           "grad_reduce_in_bf16"}
 
 
 def _apply_aliases(args: dict[str, Any], file: str) -> dict[str, Any]:
@@ -201,8 +209,8 @@ def _refuse_own_trainer(trainer: dict[str, Any], module: str, file: str) -> None
     own = trainer.get("trainer_class")
     if own is None:
         return
-    overrides = trainer.get("overrides") if isinstance(trainer.get("overrides"), dict) else {}
-    kind = overrides.get("model_type")
+    overrides = trainer.get("overrides")
+    kind = overrides.get("model_type") if isinstance(overrides, dict) else None
     raise InputError(f"Primus trains this experiment with its own trainer {own!r}"
                      f"{f' (model_type {kind!r})' if kind else ''}, not its Megatron GPT trainer: paratune projects "
                      "GPT-style decoders only (a Flux diffusion transformer is not one)", file=file,
@@ -235,15 +243,26 @@ def _primus(path: Path, primus_root: str | None, stack: str) -> Workload:
     return _split(merged, file=file, name=name, stack=stack, primus_root=root)
 
 
+def _flags(path: Path, stack: str) -> Workload:
+    """A Megatron-LM flags file (a launch script or `--flag value` lines) read as Megatron-LM's parser reads
+    it (oracle/inputs/megatron_flags.py), then divided like any flat argument mapping."""
+    args, notes = read_flags(path, MODEL_KEYS | TRAINING_KEYS | ALIASES | {"attention_backend"})
+    workload = _split(args, file=str(path), name=path.stem, stack=stack)
+    return workload.model_copy(update={"notes": (*notes, *workload.notes)})
+
+
 def load_workload(path: str | Path, *, primus_root: str | None = None, stack: str | None = None,
                   stack_from: str | None = None) -> Workload:
-    """A workload from a native or Primus YAML file, or a Hugging Face config.json (or its folder: the
-    model with TrainingArgs' defaults); bad input raises InputError naming file and key.
+    """A workload from a native or Primus YAML file, a Megatron-LM flags file (a `pretrain_gpt.py` launch
+    script or `--flag value` lines), or a Hugging Face config.json (or its folder: the model with
+    TrainingArgs' defaults); bad input raises InputError naming file and key.
     `primus_root` (or $PRIMUS_ROOT, or a Primus checkout above the file) locates Primus's configs.
     `stack`: the cluster's stack (stated in `stack_from`), which the workload's stack defaults follow; a
     native file's `stack:` must agree with it. Without it: the file's `stack:`, Primus for a Primus
     experiment, else Megatron-LM."""
     p = guarded(path)
+    if is_flags_file(p):  # a Megatron-LM launch or flags file states its stack by its form
+        return _flags(p, _stack("megatron-lm", str(p), stack, stack_from))
     if is_hf_config(p):
         card = hf_card(p)
         return _split(card, file=str(p), name=card["name"], stack=stack or "megatron-lm")
