@@ -9,6 +9,7 @@ ConfigContainer dataclasses.
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -268,6 +269,16 @@ def _plain(value: object) -> object:
     return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
 
 
+def _megatron(parsed: dict[str, object], field: str) -> object:
+    """Megatron-LM's parsed value of `field` in paratune's spelling (no MTP: None there, 0 here; validate_args turns
+    the optimizer-state dtype names into torch dtypes, fp8 state as uint8)."""
+    value = parsed[field]
+    if field == "mtp_num_layers" and value is None:
+        return 0
+    dtypes = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.uint8": "fp8"}
+    return dtypes.get(value, value) if isinstance(value, str) else value
+
+
 def test_megatron_lm_launches_read_back_to_the_same_layout_and_model(tmp_path: Path) -> None:
     """Each of the 12 Megatron-LM launches (dense/MoE/MLA, NVIDIA/AMD) written as launch.sh and read back as a
     workload gives the winner's whole layout and the card's model. Where the card leaves a field to Megatron's
@@ -303,10 +314,79 @@ def test_megatron_lm_launches_read_back_to_the_same_layout_and_model(tmp_path: P
                 assert got == value or (field in _MLA_ONLY and not workload.model.multi_latent_attention), (
                     f"{label}: {field} {got!r} != {value!r}")
             if field in parsed and got is not None and field not in ("num_query_groups", "add_qkv_bias"):
-                want = 0 if field == "mtp_num_layers" and parsed[field] is None else parsed[field]  # None: no MTP
-                assert _plain(got) == want, f"{label}: {field} {got!r}, Megatron-LM: {parsed[field]!r}"
+                assert _plain(got) == _megatron(parsed, field), (
+                    f"{label}: {field} {got!r}, Megatron-LM: {parsed[field]!r}")
         assert read.model.qkv_bias == workload.model.qkv_bias and read.model.groups == workload.model.groups, label
         assert read.model.vocab_size == workload.model.vocab_size, label
+
+
+# A user's own file of pretrain_gpt.py flags (the form of Megatron-LM's examples/gpt3 launch arguments): a
+# Llama-style model that states no position embedding (Megatron's default is learned absolute positions) and no
+# --sequence-parallel / --overlap-grad-reduce (off in Megatron), plus arguments the projection does not read.
+USER_FLAGS = """\
+# model
+--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 4
+--ffn-hidden-size 8192 --normalization RMSNorm --swiglu --disable-bias-linear --untie-embeddings-and-output-weights
+--seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256
+# layout and training
+--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64
+--recompute-granularity=selective --recompute-modules core_attn mlp --bf16 --use-distributed-optimizer
+--lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --train-iters 100 --weight-decay 0.1 --clip-grad 1.0
+--tokenizer-type NullTokenizer --data-path $DATA_PATH
+"""
+# Malformed flags: (file text, the flag paratune names) -- each also refused by Megatron-LM's own parser.
+BAD_FLAGS = [
+    ("--num-layer 16", "--num-layer"),  # not an option (argparse: allow_abbrev=False)
+    ("--num-layers sixteen", "--num-layers"),  # type=int
+    ("--fp8-format e5m2", "--fp8-format"),  # choices e4m3, hybrid
+    ("--swiglu yes", "yes"),  # store_true takes no value: a stray word
+    ("--recompute-modules", "--recompute-modules"),  # nargs='+' with no value
+    ("--attention-backend flashy", "--attention-backend"),  # AttnBackend names
+]
+
+
+def test_a_users_flags_file_reads_as_megatron_lm_parses_it(tmp_path: Path) -> None:
+    """Every modelled field of the workload read from USER_FLAGS is what Megatron-LM's own parse_args +
+    validate_args gives for the same words (their defaults where the file is silent; None is a value validate_args
+    derives, e.g. kv_channels = hidden / heads, as paratune derives it); the arguments it sets
+    that paratune does not model are listed by dest, the shell variable on one of them included."""
+    snapshot("megatron-lm")
+    path = tmp_path / "flags.txt"
+    path.write_text(USER_FLAGS)
+    words = shlex.split(USER_FLAGS, comments=True)
+    [result] = megatron_validate([(words, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, 8)])
+    assert result["ok"], result["error"]
+    parsed = result["args"]
+    workload = load_workload(path)
+    assert workload.stack == "megatron-lm"
+    for spec in (workload.model, workload.training):
+        for field, value in spec:
+            if field in parsed and value is not None and field not in ("name", "source", "use_flash_attn"):
+                assert _plain(value) == _megatron(parsed, field), f"{field}: {value!r}, Megatron-LM: {parsed[field]!r}"
+    # what Megatron's defaults give where the file is silent, against paratune's own YAML defaults
+    assert workload.model.position_embedding_type == "learned_absolute" and workload.model.hidden_dropout == 0.1
+    assert not workload.training.overlap_grad_reduce and not workload.training.sequence_parallel
+    assert workload.effective().sequence_parallel is False  # TP 2 without --sequence-parallel
+    assert workload.training.use_flash_attn  # --attention-backend auto: TE's flash or cuDNN attention
+    assert workload.not_modelled == ("clip_grad", "data_path", "lr", "lr_decay_style", "max_position_embeddings",
+                                     "min_lr", "tokenizer_type", "train_iters", "weight_decay")
+
+
+def test_malformed_flags_are_refused_as_megatron_lm_refuses_them(tmp_path: Path) -> None:
+    """Each BAD_FLAGS file: Megatron-LM's parser refuses its words, and paratune refuses it naming the flag (or
+    the stray word) and the file."""
+    snapshot("megatron-lm")
+    paths = []
+    for n, (text, _) in enumerate(BAD_FLAGS):
+        paths.append(tmp_path / f"flags-{n}.txt")
+        paths[-1].write_text(f"--seq-length 4096 --global-batch-size 64 --num-layers 2 --hidden-size 64 "
+                             f"--num-attention-heads 4 --mock-data\n{text}\n")
+    results = megatron_validate([(shlex.split(p.read_text()), {}, 8) for p in paths])
+    for path, (text, flag), result in zip(paths, BAD_FLAGS, results, strict=True):
+        assert not result["ok"], f"Megatron-LM accepted {text!r}"
+        with pytest.raises(InputError) as refused:
+            load_workload(path)
+        assert (refused.value.file, refused.value.key) == (str(path), flag), str(refused.value)
 
 
 # MLA fields that a model without MLA does not read (Megatron-LM's --kv-lora-rank default is 32; the card's 512)
