@@ -74,6 +74,22 @@ def test_summary_carries_what_reading_the_workload_noted(tmp_path):
     assert "accepted, not modelled (2 arguments" in " ".join(proc.stderr.split())
 
 
+def test_the_megatron_lm_launch_reads_back_as_the_winners_workload(tmp_path):
+    """`paratune tune` on a Megatron-LM cluster writes launch.sh; `paratune project --workload launch.sh` reads
+    it back (oracle/inputs/megatron_flags.py) to the winner's whole layout and the same projection."""
+    workload, cluster = EXAMPLES / "workloads" / "llama3-70b-h100.yaml", EXAMPLES / "clusters" / "h100-8n.yaml"
+    subprocess.run([PARATUNE, "tune", "--workload", str(workload), "--target-cluster", str(cluster), "--out-dir",
+                    str(tmp_path), "--seed-only", "--seed-budget", "3"], check=True, capture_output=True, timeout=300)
+    winner = json.loads((tmp_path / "summary.json").read_text())["winner"]
+    proc = subprocess.run([PARATUNE, "project", "performance", "--workload", str(tmp_path / "launch.sh"),
+                           "--target-cluster", str(cluster), "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["config"] == winner["config"]
+    assert result["tokens_per_s_per_gpu"] == winner["tokens_per_s_per_gpu"]
+    assert "accepted, not modelled" in proc.stderr and "max_position_embeddings" in proc.stderr
+
+
 def test_trial_overlays_rerun_to_the_same_config(tmp_path):
     subprocess.run(args("mixtral", tmp_path, "--seed-only"), check=True, capture_output=True, timeout=300)
     records = {str(json.loads(x)["id"]): json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()}
