@@ -145,7 +145,8 @@ def test_values_megatron_accepts_are_read_as_it_reads_them(tmp_path):
     w = load_workload(f)
     assert w.model.moe_layer_freq == 1 and w.training.cuda_graph_scope is None
     assert any("cuda_graph_scope 'full' is deprecated" in n for n in w.notes)
-    assert "recompute_layer_ids" in w.not_modelled  # Primus's argument: accepted and shown, not modelled
+    # Primus's argument, read as Primus's validator reads "0,3" (tests/test_recompute_layer_ids.py models it)
+    assert w.training.recompute_layer_ids == (0, 3) and "recompute_layer_ids" not in w.not_modelled
 
 
 def test_the_clusters_stack_decides_and_a_disagreeing_workload_names_both_files(tmp_path):
