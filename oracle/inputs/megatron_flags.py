@@ -153,7 +153,9 @@ def parse_flags(words: list[str], file: str) -> dict[str, Any]:
         word = words[i]
         option, has_inline, inline = word.partition("=")
         if not option.startswith("--"):
-            raise InputError(f"{word!r} is no flag and follows none that takes a value", file=file, key=word)
+            why = ("a shell expansion paratune does not run: write the flags out" if "$" in word else
+                   "no flag, and it follows none that takes a value")
+            raise InputError(f"{word!r} is {why}", file=file, key=word)
         flag = table.get(option)
         if flag is None:
             close = difflib.get_close_matches(option, list(table), n=1)

@@ -148,14 +148,19 @@ def _null_means_default(args: dict[str, Any], spec: type[ModelArch] | type[Train
     return {k: v for k, v in args.items() if v is not None or spec.model_fields[k].default is None}
 
 
-def _stack(stated: Any, file: str, stack: str | None, stack_from: str | None) -> str:
+def _stack(stated: Any, file: str, stack: str | None, stack_from: str | None, form: str | None = None) -> str:
     """The one stack a workload follows: the cluster's (`stack`, stated in `stack_from`: the cluster file or
-    `--stack`) decides; a workload file's own `stack:` may only agree with it. Without a cluster, the
-    file's `stack:`, else Megatron-LM."""
+    `--stack`) decides; a workload file's own `stack:`, or the stack its form states (`form`: a Primus
+    experiment, a Megatron-LM flags file), may only agree with it. Without a cluster, the file's `stack:`,
+    else Megatron-LM."""
     if stated is not None and stated not in STACKS:
         raise InputError(f"must be one of {', '.join(STACKS)}", file=file, key="stack")
     if stack is None:
         return str(stated or "megatron-lm")
+    if form is not None and stated != stack:  # the file's form states its stack
+        raise InputError(f"is {form}, but {stack_from or 'the cluster'} runs {stack}: the cluster's stack decides "
+                         f"the knobs and the workload's stack defaults; use a {stated} cluster (or --stack {stated})",
+                         file=file, key="stack")
     if stated is not None and stated != stack:
         raise InputError(f"says {stated}, but {stack_from or 'the cluster'} runs {stack}: the cluster's stack decides "
                          "both the knobs and the workload's stack defaults; remove the workload's stack: or change "
@@ -262,11 +267,12 @@ def load_workload(path: str | Path, *, primus_root: str | None = None, stack: st
     experiment, else Megatron-LM."""
     p = guarded(path)
     if is_flags_file(p):  # a Megatron-LM launch or flags file states its stack by its form
-        return _flags(p, _stack("megatron-lm", str(p), stack, stack_from))
+        return _flags(p, _stack("megatron-lm", str(p), stack, stack_from,
+                                        "a Megatron-LM flags file"))
     if is_hf_config(p):
         card = hf_card(p)
         return _split(card, file=str(p), name=card["name"], stack=stack or "megatron-lm")
     data = read_mapping(p)
     if is_experiment(p, data):  # a Primus experiment states its stack by its form
-        return _primus(p, primus_root, _stack("primus", str(p), stack, stack_from))
+        return _primus(p, primus_root, _stack("primus", str(p), stack, stack_from, "a Primus experiment"))
     return _native(p, data, _stack(data.pop("stack", None), str(p), stack, stack_from))
