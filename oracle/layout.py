@@ -7,7 +7,9 @@ derives these again. Sizes follow megatron-core 0.16.1 `parallel_state.initializ
 (dense grid TP·CP·DP·PP, expert grid ETP·EP·expert-DP·PP) and `num_microbatches_calculator.py`
 (GBS / (MBS·DP)); the stages follow `oracle.pipeline_split`; the recompute plan follows
 megatron-core 0.16.1 `transformer_block.py` `_checkpointed_forward` (uniform: every layer, in groups of
-recompute_num_layers; block: the first recompute_num_layers layers of each chunk; default 1 layer).
+recompute_num_layers; block: the first recompute_num_layers layers of each chunk; default 1 layer) and
+Primus's patch of it (`recompute_layer_ids`: exactly the listed global layers, each alone);
+`RecomputePlan.recomputed` is the one place that says which layers of a chunk are recomputed.
 """
 
 from __future__ import annotations
@@ -55,11 +57,27 @@ class RecomputePlan(NamedTuple):
     method: str | None  # "uniform" or "block" under full recompute
     layers: int  # recompute_num_layers resolved (Megatron's default 1); 0 without full recompute
     modules: tuple[str, ...]  # selective-recompute modules
+    layer_ids: frozenset[int] = frozenset()  # Primus recompute_layer_ids under full recompute (empty: none set)
 
     @property
     def block(self) -> int | None:
         """Layers recomputed at the start of each chunk under method "block"; None: every layer."""
         return self.layers if self.full and self.method == "block" else None
+
+    def recomputed(self, pattern: tuple[int, ...], start: int, count: int) -> tuple[int, ...]:
+        """The kinds (1 = MoE, model_shape's pattern) of the layers full recompute redoes in the chunk of `count`
+        decoder layers from global layer `start`: every layer (uniform), the first `layers` (block), or with
+        Primus's `recompute_layer_ids` exactly the listed ones (AMD-AGI/Primus fd1eeab
+        primus/backends/megatron/patches/recompute_layer_patches.py: `_checkpointed_forward` checkpoints block
+        layer i alone iff `i + layer_offset` is listed). Memory and time both read it. MTP depths (ids from
+        num_layers on) are not decoder layers of a chunk: memory keeps the MTP block's input only when one is
+        listed (memory/estimate.py); time does not model MTP recompute."""
+        if not self.full:
+            return ()
+        layers = pattern[start:start + count]
+        if self.layer_ids:
+            return tuple(kind for i, kind in enumerate(layers, start) if i in self.layer_ids)
+        return layers if self.block is None else layers[:self.block]
 
 
 class LayoutFacts(NamedTuple):
@@ -111,10 +129,11 @@ def _stage_layers(pattern: tuple[int, ...], stages: tuple[Stage, ...]) -> tuple[
 
 @lru_cache(maxsize=1024)
 def _recompute_plan(granularity: str | None, method: str | None, layers: int | None,
-                    modules: tuple[str, ...] | None) -> RecomputePlan:
+                    modules: tuple[str, ...] | None, layer_ids: tuple[int, ...] | None) -> RecomputePlan:
     full = granularity == "full"
-    n = (MEGATRON_RECOMPUTE_NUM_LAYERS if layers is None else layers) if full else 0
-    return RecomputePlan(full, method if full else None, n, tuple(modules or ()) if granularity == "selective" else ())
+    n = (MEGATRON_RECOMPUTE_NUM_LAYERS if layer_ids or layers is None else layers) if full else 0
+    return RecomputePlan(full, method if full else None, n, tuple(modules or ()) if granularity == "selective" else (),
+                         frozenset(layer_ids or ()) if full else frozenset())
 
 
 def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
@@ -131,7 +150,7 @@ def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
         max(1, gbs // (mbs * (dp or 1))), c["sequence_parallel"], max(1, len(stages) // pp),
         mbs * c["seq_length"] / cp, split, stages, error, _stage_layers(model.moe_layer_pattern, stages),
         _recompute_plan(c["recompute_granularity"], c["recompute_method"], c["recompute_num_layers"],
-                        c["recompute_modules"]))
+                        c["recompute_modules"], c["recompute_layer_ids"]))
 
 
 _CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}

@@ -299,6 +299,15 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
         _overlap_rules(lim, c, out)
     if c["fp8"] and not lim.has_fp8:
         out.append(_violation("fp8_gpu", f"{lim.gpu_name} has no FP8 tensor cores"))
+    ids = c["recompute_layer_ids"]
+    if ids:  # Primus validate_specified_recompute_layers (recompute_layer_patches.py @fd1eeab)
+        top = lim.num_layers + lim.mtp - 1
+        if c["recompute_granularity"] != "full":
+            out.append(_violation("recompute_layer_ids_full", "recompute_layer_ids needs recompute_granularity full "
+                                  f"(Primus recompute_layer_patches.py), got {c['recompute_granularity']}"))
+        if ids[-1] > top:
+            out.append(_violation("recompute_layer_ids_range", f"recompute layer id {ids[-1]} is past the last "
+                                  f"layer {top} (decoder layers, then MTP depths; Primus recompute_layer_patches.py)"))
     n_rec = c["recompute_num_layers"]
     if n_rec and c["recompute_granularity"] == "full" and facts.split_error is None:
         per_chunk = max(s.decoders for s in facts.stages)

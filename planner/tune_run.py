@@ -70,6 +70,10 @@ class TuneOutcome(BaseModel):
     attribution: Explanation = Field(description="why the winner beats the user's layout (planner/explanation.py)")
     measurements_used: str = Field(description="which measurements of this model on this cluster the run uses")
     workload_file: str = Field(description="the workload file the launch artifacts refer to")
+    workload_notes: list[str] = Field(description="how reading the workload read a value (a deprecated spelling "
+                                                  "read as the stack reads it, ...)")
+    not_modelled: list[str] = Field(description="the stack arguments the workload sets that the projection accepts "
+                                                "but does not read")
     seed_best: float | None
     sweep_best: float | None
     seed_vs_sweep: float | None
@@ -246,7 +250,8 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
             trials=len(trials), seed_trials=sum(t.origin.startswith("seed:") for t in trials),
             budget_exhausted=seeds.exhausted, llm_phase=status, hypotheses=report.hypotheses if report else [],
             investigation=report, timings_s=timings, stack=cluster.stack_text, launch=v.launch,
-            workload_file=workload_file,
+            workload_file=workload_file, workload_notes=list(workload.notes),
+            not_modelled=list(workload.not_modelled),
         )
         write_verdict(out_dir, ledger, run.id, workload, cluster, v, outcome.model_dump(mode="json"))
         exports.write_text(out_dir / "scratchpad.txt", _scratchpad(ledger, run.id))

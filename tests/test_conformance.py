@@ -9,6 +9,7 @@ ConfigContainer dataclasses.
 from __future__ import annotations
 
 import importlib.util
+import shlex
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -99,6 +100,37 @@ def test_full_sft_reads_and_lora_is_refused_by_key(primus_root: Path, tmp_path: 
     sft = load_workload(full)
     assert sft.stack == "primus" and sft.model.num_layers == parsed["args"]["num_layers"]
     assert sft.effective().mbs == parsed["args"]["micro_batch_size"]
+
+
+def _diffusion() -> list[Path]:
+    """The snapshot's published Flux experiments (examples/megatron/configs/<GPU>/diffusion/)."""
+    root = conformance_root()
+    return [] if root is None else sorted(
+        p for gpu in GPU_CLUSTERS for p in (root / "primus" / "examples" / "megatron" / "configs" / gpu /
+                                            "diffusion").glob("*.yaml"))
+
+
+DIFFUSION = _diffusion()
+
+
+def test_published_flux_experiments_are_refused_as_not_gpt(primus_root: Path) -> None:
+    """Primus's own parser gives each Flux experiment (its `extends:` followed) its own trainer
+    (`trainer_class`) and a diffusion `model_type`: paratune refuses each naming the file, that key and both
+    values, rather than giving it a GPT verdict."""
+    assert DIFFUSION
+    for experiment, parsed in zip(DIFFUSION, primus_parse(DIFFUSION), strict=True):
+        name = artifact("primus", experiment)
+        assert parsed["ok"], f"{name}: {parsed['error']}"
+        own, kind = parsed["args"]["trainer_class"], parsed["args"]["model_type"]
+        with pytest.raises(InputError) as refused:
+            load_workload(experiment)
+        assert (refused.value.file, refused.value.key) == (str(experiment), "modules.pre_trainer.trainer_class"), name
+        assert repr(own) in refused.value.message and repr(kind) in refused.value.message, name
+
+
+def test_the_published_flux_set_is_the_one_counted() -> None:
+    snapshot("primus")
+    assert len(DIFFUSION) == 20, [p.name for p in DIFFUSION]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -221,6 +253,147 @@ def test_megatron_lm_launches_pass_parse_and_validate_args(tmp_path: Path) -> No
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Megatron-LM flags files read back as workloads
+
+
+def test_the_flag_table_is_megatron_lms_own_parser() -> None:
+    """oracle/inputs/vocabulary/megatron_lm_flags.json is what Megatron-LM's `add_megatron_arguments` holds in
+    the snapshot (rebuilt here from the parser itself by scripts/build_megatron_flags.py)."""
+    build = _script("build_megatron_flags")
+    name = artifact("megatron-lm", snapshot("megatron-lm") / "megatron" / "training" / "arguments.py")
+    assert build.OUT.read_text(encoding="utf-8") == build.text(build.table(snapshot("megatron-lm"))), name
+
+
+def _plain(value: object) -> object:
+    """A value as the runner's JSON gives it (tuples as lists)."""
+    return [_plain(v) for v in value] if isinstance(value, (tuple, list)) else value
+
+
+def _megatron(parsed: dict[str, object], field: str) -> object:
+    """Megatron-LM's parsed value of `field` in paratune's spelling (no MTP: None there, 0 here; validate_args turns
+    the optimizer-state dtype names into torch dtypes, fp8 state as uint8)."""
+    value = parsed[field]
+    if field == "mtp_num_layers" and value is None:
+        return 0
+    dtypes = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.uint8": "fp8"}
+    return dtypes.get(value, value) if isinstance(value, str) else value
+
+
+def test_megatron_lm_launches_read_back_to_the_same_layout_and_model(tmp_path: Path) -> None:
+    """Each of the 12 Megatron-LM launches (dense/MoE/MLA, NVIDIA/AMD) written as launch.sh and read back as a
+    workload gives the winner's whole layout and the card's model. Where the card leaves a field to Megatron's
+    default (None: position embedding, dropout, rotary percent, norm epsilon, ...), the launch states it and the
+    read value is what Megatron-LM's own parse_args + validate_args gives for that launch; every model field
+    that is a Megatron-LM dest agrees with Megatron's parsed value."""
+    snapshot("megatron-lm")
+    cases, checks = [], []
+    for n, (workload_file, cluster_file, trial) in enumerate(_megatron_cases(tmp_path)):
+        workload = load_workload(workload_file, stack="megatron-lm")
+        cluster = load_cluster(CLUSTERS / cluster_file).model_copy(update={"stack": "megatron-lm"})
+        cfg = workload.effective(trial)
+        command = launch_plan(cfg, workload, cluster, workload_file).command
+        launch = tmp_path / f"launch-{n}.sh"
+        launch.write_text(f"#!/usr/bin/env bash\n# run from a Megatron-LM checkout\n{command}\n")
+        argv, env = launch_argv(command, [])
+        cases.append((argv + ["--mock-data", "--tokenizer-type", "NullTokenizer", "--lr", "1e-4", "--train-iters",
+                              "10"], env, cluster.world_size))
+        checks.append((f"{Path(workload_file).name} {trial.model_dump(exclude_none=True)} as {launch.name}", cfg,
+                       workload, load_workload(launch, stack="megatron-lm")))
+    for (label, cfg, workload, read), result in zip(checks, megatron_validate(cases), strict=True):
+        assert result["ok"], f"{label}: {result['error']}"
+        assert read.stack == "megatron-lm" and read.effective() == cfg, label
+        parsed = result["args"]
+        for field, value in workload.model:
+            got = getattr(read.model, field)
+            if field in ("name", "source"):
+                continue
+            if field == "moe_layer_freq":  # Megatron's moe_freq_type evaluates the list expression
+                assert read.model.moe_layer_pattern == workload.model.moe_layer_pattern, label
+                continue
+            if value is not None:
+                assert got == value or (field in _MLA_ONLY and not workload.model.multi_latent_attention), (
+                    f"{label}: {field} {got!r} != {value!r}")
+            if field in parsed and got is not None and field not in ("num_query_groups", "add_qkv_bias"):
+                assert _plain(got) == _megatron(parsed, field), (
+                    f"{label}: {field} {got!r}, Megatron-LM: {parsed[field]!r}")
+        assert read.model.qkv_bias == workload.model.qkv_bias and read.model.groups == workload.model.groups, label
+        assert read.model.vocab_size == workload.model.vocab_size, label
+
+
+# A user's own file of pretrain_gpt.py flags (the form of Megatron-LM's examples/gpt3 launch arguments): a
+# Llama-style model that states no position embedding (Megatron's default is learned absolute positions) and no
+# --sequence-parallel / --overlap-grad-reduce (off in Megatron), plus arguments the projection does not read.
+USER_FLAGS = """\
+# model
+--num-layers 16 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 4
+--ffn-hidden-size 8192 --normalization RMSNorm --swiglu --disable-bias-linear --untie-embeddings-and-output-weights
+--seq-length 4096 --max-position-embeddings 4096 --vocab-size 128256
+# layout and training
+--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64
+--recompute-granularity=selective --recompute-modules core_attn mlp --bf16 --use-distributed-optimizer
+--lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --train-iters 100 --weight-decay 0.1 --clip-grad 1.0
+--tokenizer-type NullTokenizer --data-path $DATA_PATH
+"""
+# Malformed flags: (file text, the flag paratune names) -- each also refused by Megatron-LM's own parser.
+BAD_FLAGS = [
+    ("--num-layer 16", "--num-layer"),  # not an option (argparse: allow_abbrev=False)
+    ("--num-layers sixteen", "--num-layers"),  # type=int
+    ("--fp8-format e5m2", "--fp8-format"),  # choices e4m3, hybrid
+    ("--swiglu yes", "yes"),  # store_true takes no value: a stray word
+    ("--recompute-modules", "--recompute-modules"),  # nargs='+' with no value
+    ("--attention-backend flashy", "--attention-backend"),  # AttnBackend names
+]
+
+
+def test_a_users_flags_file_reads_as_megatron_lm_parses_it(tmp_path: Path) -> None:
+    """Every modelled field of the workload read from USER_FLAGS is what Megatron-LM's own parse_args +
+    validate_args gives for the same words (their defaults where the file is silent; None is a value validate_args
+    derives, e.g. kv_channels = hidden / heads, as paratune derives it); the arguments it sets
+    that paratune does not model are listed by dest, the shell variable on one of them included."""
+    snapshot("megatron-lm")
+    path = tmp_path / "flags.txt"
+    path.write_text(USER_FLAGS)
+    words = shlex.split(USER_FLAGS, comments=True)
+    [result] = megatron_validate([(words, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, 8)])
+    assert result["ok"], result["error"]
+    parsed = result["args"]
+    workload = load_workload(path)
+    assert workload.stack == "megatron-lm"
+    for spec in (workload.model, workload.training):
+        for field, value in spec:
+            if field in parsed and value is not None and field not in ("name", "source", "use_flash_attn"):
+                assert _plain(value) == _megatron(parsed, field), f"{field}: {value!r}, Megatron-LM: {parsed[field]!r}"
+    # what Megatron's defaults give where the file is silent, against paratune's own YAML defaults
+    assert workload.model.position_embedding_type == "learned_absolute" and workload.model.hidden_dropout == 0.1
+    assert not workload.training.overlap_grad_reduce and not workload.training.sequence_parallel
+    assert workload.effective().sequence_parallel is False  # TP 2 without --sequence-parallel
+    assert workload.training.use_flash_attn  # --attention-backend auto: TE's flash or cuDNN attention
+    assert workload.not_modelled == ("clip_grad", "data_path", "lr", "lr_decay_style", "max_position_embeddings",
+                                     "min_lr", "tokenizer_type", "train_iters", "weight_decay")
+
+
+def test_malformed_flags_are_refused_as_megatron_lm_refuses_them(tmp_path: Path) -> None:
+    """Each BAD_FLAGS file: Megatron-LM's parser refuses its words, and paratune refuses it naming the flag (or
+    the stray word) and the file."""
+    snapshot("megatron-lm")
+    paths = []
+    for n, (text, _) in enumerate(BAD_FLAGS):
+        paths.append(tmp_path / f"flags-{n}.txt")
+        paths[-1].write_text(f"--seq-length 4096 --global-batch-size 64 --num-layers 2 --hidden-size 64 "
+                             f"--num-attention-heads 4 --mock-data\n{text}\n")
+    results = megatron_validate([(shlex.split(p.read_text()), {}, 8) for p in paths])
+    for path, (text, flag), result in zip(paths, BAD_FLAGS, results, strict=True):
+        assert not result["ok"], f"Megatron-LM accepted {text!r}"
+        with pytest.raises(InputError) as refused:
+            load_workload(path)
+        assert (refused.value.file, refused.value.key) == (str(path), flag), str(refused.value)
+
+
+# MLA fields that a model without MLA does not read (Megatron-LM's --kv-lora-rank default is 32; the card's 512)
+_MLA_ONLY = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Megatron-Bridge overrides against the ConfigContainer dataclasses
 
 
@@ -245,8 +418,9 @@ class _Folders:
         return None
 
 
-def _vocabulary_builder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_vocabulary", ROOT / "scripts" / "build_vocabulary.py")
+def _script(name: str) -> ModuleType:
+    """scripts/<name>.py as a module."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
@@ -271,7 +445,7 @@ def test_bridge_overrides_are_config_container_fields_and_keep_grouped_gemm(tmp_
 
     bridge = snapshot("megatron-bridge")
     core = Path(megatron.core.__file__).resolve().parents[2]
-    builder = _vocabulary_builder()
+    builder = _script("build_vocabulary")
     builder.BRIDGE_EXTRA_TYPES = {}  # the model providers' base lives in models/, which the snapshot lacks
     names, _ = builder.megatron_bridge_names(_Folders(bridge), _Folders(core, snapshot("megatron-lm")))
     vocabulary = (ROOT / "oracle" / "inputs" / "vocabulary" / "megatron_bridge.txt").read_text().splitlines()

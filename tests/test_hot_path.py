@@ -13,7 +13,7 @@ import pytest
 
 import paratune.oracle.memory.inflight as inflight
 from paratune.oracle.identity_cache import by_identity
-from paratune.oracle.layout import layout_facts
+from paratune.oracle.layout import RecomputePlan, layout_facts
 from paratune.oracle.memory import estimate_memory
 from paratune.oracle.model_shape import model_shape
 from paratune.oracle.specs import EffectiveConfig, TrialConfig
@@ -84,7 +84,7 @@ def test_pruning_removes_the_middle_stages_of_1f1b():
     w, c = example("llama70b")
     cfg = w.effective(TrialConfig(tp=8, pp=8, vpp=1, pp_schedule="1f1b", recompute_granularity="none"))
     plans = inflight.device_plans(model_shape(w.model), layout_facts(w.model, cfg, c.world_size).chunks, 8, 1, "1f1b",
-                                  16, False, None, 0)
+                                  16, RecomputePlan(False, None, 0, ()))
     assert [p.index for p in plans] == [0, 7]
     assert estimate_memory(w.model, cfg, c).breakdown["mem_stage"] == 0
 

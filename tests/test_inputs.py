@@ -145,7 +145,8 @@ def test_values_megatron_accepts_are_read_as_it_reads_them(tmp_path):
     w = load_workload(f)
     assert w.model.moe_layer_freq == 1 and w.training.cuda_graph_scope is None
     assert any("cuda_graph_scope 'full' is deprecated" in n for n in w.notes)
-    assert "recompute_layer_ids" in w.not_modelled  # Primus's argument: accepted and shown, not modelled
+    # Primus's argument, read as Primus's validator reads "0,3" (tests/test_recompute_layer_ids.py models it)
+    assert w.training.recompute_layer_ids == (0, 3) and "recompute_layer_ids" not in w.not_modelled
 
 
 def test_the_clusters_stack_decides_and_a_disagreeing_workload_names_both_files(tmp_path):
@@ -158,3 +159,36 @@ def test_the_clusters_stack_decides_and_a_disagreeing_workload_names_both_files(
     with pytest.raises(InputError, match="says megatron-lm, but c.yaml runs megatron-bridge") as info:
         load_workload(f, stack="megatron-bridge", stack_from="c.yaml")
     assert info.value.file == str(f) and info.value.key == "stack"
+
+
+MINIMAL_FLAGS = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --global-batch-size 8 --bf16"
+
+
+@pytest.mark.parametrize(("text", "key", "fragment"), [
+    (MINIMAL_FLAGS.replace("--num-layers 2", "--num-layers $NL"), "--num-layers", "shell variable"),
+    (MINIMAL_FLAGS.replace(" --global-batch-size 8", ""), "--global-batch-size", "missing"),
+    (f"torchrun pretrain_gpt.py {MINIMAL_FLAGS}\ntorchrun pretrain_gpt.py {MINIMAL_FLAGS}", None, r"2 pretrain_\*\.py"),
+    (f"{MINIMAL_FLAGS} --num-layers", "--num-layers", "expects one value"),
+])
+def test_megatron_flags_file_refusals_name_the_flag_and_file(tmp_path, text, key, fragment):
+    """What a Megatron-LM flags file cannot give the projection is refused naming the flag (oracle/inputs/
+    megatron_flags.py): a shell variable on a modelled flag, no global batch, more than one training run."""
+    path = tmp_path / "run.sh"
+    path.write_text(text + "\n")
+    with pytest.raises(InputError, match=fragment) as refused:
+        load_workload(path)
+    assert refused.value.file == str(path) and refused.value.key == key
+
+
+def test_megatron_flags_file_states_its_stack(tmp_path):
+    """A flags file is Megatron-LM's (by its form, whatever its name: here no suffix, first word a flag): on a
+    Primus cluster it is an error naming both; a shell variable on an argument paratune does not read is kept."""
+    path = tmp_path / "flags"
+    path.write_text(f"# my run\n{MINIMAL_FLAGS} \\\n  --data-path $DATA --lr 1e-4\n")
+    workload = load_workload(path)
+    assert workload.stack == "megatron-lm" and workload.model.num_layers == 2
+    assert workload.not_modelled == ("data_path", "lr")
+    assert any("--vocab-size" in n for n in workload.notes)
+    with pytest.raises(InputError, match="runs primus") as refused:
+        load_workload(path, stack="primus", stack_from="mi355x-4n.yaml")
+    assert refused.value.key == "stack" and "mi355x-4n.yaml" in str(refused.value)

@@ -56,6 +56,40 @@ def test_seed_only_writes_every_artifact(tmp_path):
     assert (tmp_path / "trials.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_summary_carries_what_reading_the_workload_noted(tmp_path):
+    """summary.json keeps the reading's notes and the accepted-not-modelled arguments (printed too): here a
+    deprecated value Megatron-LM reads as another (`cuda_graph_scope: full`, arguments.py core_v0.16.1
+    validate_args) and two real Megatron-LM arguments the projection does not read."""
+    workload = tmp_path / "llama.yaml"
+    workload.write_text("extends: llama3-8b\nseq_length: 8192\nglobal_batch_size: 128\nmicro_batch_size: 2\n"
+                        "cuda_graph_scope: full\nlog_interval: 5\nseed: 1234\n")
+    proc = subprocess.run([PARATUNE, "tune", "--workload", str(workload), "--target-cluster",
+                           str(EXAMPLES / "clusters" / "mi300x-1n.yaml"), "--out-dir", str(tmp_path / "out"),
+                           "--seed-only", "--seed-budget", "2"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["not_modelled"] == ["log_interval", "seed"]
+    assert len(summary["workload_notes"]) == 1 and "cuda_graph_scope 'full' is deprecated" in (
+        summary["workload_notes"][0])
+    assert "accepted, not modelled (2 arguments" in " ".join(proc.stderr.split())
+
+
+def test_the_megatron_lm_launch_reads_back_as_the_winners_workload(tmp_path):
+    """`paratune tune` on a Megatron-LM cluster writes launch.sh; `paratune project --workload launch.sh` reads
+    it back (oracle/inputs/megatron_flags.py) to the winner's whole layout and the same projection."""
+    workload, cluster = EXAMPLES / "workloads" / "llama3-70b-h100.yaml", EXAMPLES / "clusters" / "h100-8n.yaml"
+    subprocess.run([PARATUNE, "tune", "--workload", str(workload), "--target-cluster", str(cluster), "--out-dir",
+                    str(tmp_path), "--seed-only", "--seed-budget", "3"], check=True, capture_output=True, timeout=300)
+    winner = json.loads((tmp_path / "summary.json").read_text())["winner"]
+    proc = subprocess.run([PARATUNE, "project", "performance", "--workload", str(tmp_path / "launch.sh"),
+                           "--target-cluster", str(cluster), "--json"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["config"] == winner["config"]
+    assert result["tokens_per_s_per_gpu"] == winner["tokens_per_s_per_gpu"]
+    assert "accepted, not modelled" in proc.stderr and "max_position_embeddings" in proc.stderr
+
+
 def test_trial_overlays_rerun_to_the_same_config(tmp_path):
     subprocess.run(args("mixtral", tmp_path, "--seed-only"), check=True, capture_output=True, timeout=300)
     records = {str(json.loads(x)["id"]): json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()}

@@ -9,6 +9,7 @@ from ..catalog import model_card, model_names
 from ..errors import InputError
 from ..specs import ModelArch, TrainingArgs, Workload
 from .hf_config import hf_card, is_hf_config
+from .megatron_flags import is_flags_file, read_flags
 from .megatron_values import megatron_values
 from .primus_tree import experiment_mapping, find_primus_root, is_experiment, resolve_trainer
 from .read_guard import guarded, usable
@@ -73,6 +74,13 @@ def _card(ref: str, base_dir: Path, file: str, seen: tuple[str, ...] = ()) -> di
         file=file,
         key="extends",
     )
+
+
+# The Megatron/Primus spellings `_apply_aliases` reads as modelled keys.
+ALIASES = {"layernorm_epsilon", "disable_bias_linear", "group_query_attention", "num_layers_in_first_pipeline_stage",
+           "num_layers_in_last_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+           "num_layers_per_virtual_pipeline_stage", "recompute_activations", "moe_layer_recompute",
+           "grad_reduce_in_bf16"}
 
 
 def _apply_aliases(args: dict[str, Any], file: str) -> dict[str, Any]:
@@ -140,14 +148,19 @@ def _null_means_default(args: dict[str, Any], spec: type[ModelArch] | type[Train
     return {k: v for k, v in args.items() if v is not None or spec.model_fields[k].default is None}
 
 
-def _stack(stated: Any, file: str, stack: str | None, stack_from: str | None) -> str:
+def _stack(stated: Any, file: str, stack: str | None, stack_from: str | None, form: str | None = None) -> str:
     """The one stack a workload follows: the cluster's (`stack`, stated in `stack_from`: the cluster file or
-    `--stack`) decides; a workload file's own `stack:` may only agree with it. Without a cluster, the
-    file's `stack:`, else Megatron-LM."""
+    `--stack`) decides; a workload file's own `stack:`, or the stack its form states (`form`: a Primus
+    experiment, a Megatron-LM flags file), may only agree with it. Without a cluster, the file's `stack:`,
+    else Megatron-LM."""
     if stated is not None and stated not in STACKS:
         raise InputError(f"must be one of {', '.join(STACKS)}", file=file, key="stack")
     if stack is None:
         return str(stated or "megatron-lm")
+    if form is not None and stated != stack:  # the file's form states its stack
+        raise InputError(f"is {form}, but {stack_from or 'the cluster'} runs {stack}: the cluster's stack decides "
+                         f"the knobs and the workload's stack defaults; use a {stated} cluster (or --stack {stated})",
+                         file=file, key="stack")
     if stated is not None and stated != stack:
         raise InputError(f"says {stated}, but {stack_from or 'the cluster'} runs {stack}: the cluster's stack decides "
                          "both the knobs and the workload's stack defaults; remove the workload's stack: or change "
@@ -191,12 +204,31 @@ def _refuse_lora(args: dict[str, Any], module: str, file: str) -> None:
                          key=f"modules.{module}.lora.enabled")
 
 
+def _refuse_own_trainer(trainer: dict[str, Any], module: str, file: str) -> None:
+    """A module-level `trainer_class` makes Primus run that trainer in place of its Megatron GPT trainer
+    (AMD-AGI/Primus fd1eeab primus/core/launcher/parser.py keeps it beside the presets for the launcher). The
+    published ones are Flux's (examples/megatron/configs/<GPU>/diffusion/*.yaml: `trainer_class:
+    FluxPretrainTrainer`, `model_type: flux_schnell` or `diffusion_model`, a model preset over
+    models/megatron/diffusion_model.yaml with joint and single blocks over image latents and text): diffusion
+    transformers, not the GPT decoders (dense or MoE, MHA/GQA/MLA) the oracle projects."""
+    own = trainer.get("trainer_class")
+    if own is None:
+        return
+    overrides = trainer.get("overrides")
+    kind = overrides.get("model_type") if isinstance(overrides, dict) else None
+    raise InputError(f"Primus trains this experiment with its own trainer {own!r}"
+                     f"{f' (model_type {kind!r})' if kind else ''}, not its Megatron GPT trainer: paratune projects "
+                     "GPT-style decoders only (a Flux diffusion transformer is not one)", file=file,
+                     key=f"modules.{module}.trainer_class")
+
+
 def _primus(path: Path, primus_root: str | None, stack: str) -> Workload:
     """A Primus experiment read as Primus reads it (oracle/inputs/primus_tree.py): the experiment with its
     own `extends:` parents merged, then its trainer's module config chain, the model file's keys it lacks,
     then `overrides`; a catalog model name stands for a model file."""
     file = str(path)
     module, trainer = _trainer(experiment_mapping(path), file)
+    _refuse_own_trainer(trainer, module, file)
     ref = trainer.get("model")
     if not isinstance(ref, str):
         raise InputError("missing model file or name", file=file, key=f"modules.{module}.model")
@@ -216,19 +248,31 @@ def _primus(path: Path, primus_root: str | None, stack: str) -> Workload:
     return _split(merged, file=file, name=name, stack=stack, primus_root=root)
 
 
+def _flags(path: Path, stack: str) -> Workload:
+    """A Megatron-LM flags file (a launch script or `--flag value` lines) read as Megatron-LM's parser reads
+    it (oracle/inputs/megatron_flags.py), then divided like any flat argument mapping."""
+    args, notes = read_flags(path, MODEL_KEYS | TRAINING_KEYS | ALIASES | {"attention_backend"})
+    workload = _split(args, file=str(path), name=path.stem, stack=stack)
+    return workload.model_copy(update={"notes": (*notes, *workload.notes)})
+
+
 def load_workload(path: str | Path, *, primus_root: str | None = None, stack: str | None = None,
                   stack_from: str | None = None) -> Workload:
-    """A workload from a native or Primus YAML file, or a Hugging Face config.json (or its folder: the
-    model with TrainingArgs' defaults); bad input raises InputError naming file and key.
+    """A workload from a native or Primus YAML file, a Megatron-LM flags file (a `pretrain_gpt.py` launch
+    script or `--flag value` lines), or a Hugging Face config.json (or its folder: the model with
+    TrainingArgs' defaults); bad input raises InputError naming file and key.
     `primus_root` (or $PRIMUS_ROOT, or a Primus checkout above the file) locates Primus's configs.
     `stack`: the cluster's stack (stated in `stack_from`), which the workload's stack defaults follow; a
     native file's `stack:` must agree with it. Without it: the file's `stack:`, Primus for a Primus
     experiment, else Megatron-LM."""
     p = guarded(path)
+    if is_flags_file(p):  # a Megatron-LM launch or flags file states its stack by its form
+        return _flags(p, _stack("megatron-lm", str(p), stack, stack_from,
+                                        "a Megatron-LM flags file"))
     if is_hf_config(p):
         card = hf_card(p)
         return _split(card, file=str(p), name=card["name"], stack=stack or "megatron-lm")
     data = read_mapping(p)
     if is_experiment(p, data):  # a Primus experiment states its stack by its form
-        return _primus(p, primus_root, _stack("primus", str(p), stack, stack_from))
+        return _primus(p, primus_root, _stack("primus", str(p), stack, stack_from, "a Primus experiment"))
     return _native(p, data, _stack(data.pop("stack", None), str(p), stack, stack_from))

@@ -69,7 +69,7 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     acts = layer_acts(g, tp, sp, c["use_flash_attn"], rec.modules, c["seq_length"], etp, fp8)
     eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
     full = rec.full
-    plans = device_plans(g, facts.chunks, pp, vpp, c["pp_schedule"], nmb, full, rec.method, rec.layers, extra)
+    plans = device_plans(g, facts.chunks, pp, vpp, c["pp_schedule"], nmb, rec, extra)
     tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
 
     # Bytes per parameter (state_bytes.py): bf16 weight, fp32 or bf16 main grad, optimizer state.
@@ -89,7 +89,9 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
                                              c["moe_token_dispatcher_type"] == "allgather")
     deepep = deepep_buffers(g, ep, etp, gpn) if deepep_on else 0.0
     fixed = comm_nccl + comm_transient + deepep + _RUNTIME
-    mtp_body = (acts.layer_input if full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra
+    # Primus recompute_layer_ids address MTP depth d as num_layers + d (recompute_layer_patches.py)
+    mtp_full = full and (not rec.layer_ids or max(rec.layer_ids) >= model.num_layers)
+    mtp_body = (acts.layer_input if mtp_full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra
 
     # Loop invariants (bytes per layer / per token), hoisted out of the per-GPU loop.
     dl_dense, dl_lin = dense_l.dense, dense_l.linear

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import StageLayers
+from ..layout import RecomputePlan, StageLayers
 from ..model_shape import ModelShape
 
 
@@ -116,14 +116,20 @@ class DevicePlan:
     inflight: float  # layer-weighted micro-batches in flight
 
 
-def _recompute_split(g: ModelShape, ch: StageLayers, method: str | None, n_rec: int
+def _recompute_split(g: ModelShape, ch: StageLayers, rec: RecomputePlan
                      ) -> tuple[float, float, float, float, float]:
     """(whole dense, whole moe, input-only dense, input-only moe, layers recomputed together)."""
+    method, n_rec = rec.method, rec.layers if rec.full else 0
     if n_rec <= 0:
         return ch.dense, ch.moe, 0.0, 0.0, 0.0
     layers = ch.layers
     if not layers:
         return 0.0, 0.0, 0.0, 0.0, 0.0
+    if rec.layer_ids:  # Primus recompute_layer_ids: the listed layers keep only their input, each alone
+        redo = rec.recomputed(g.pattern, ch.start, int(layers))
+        k_moe = float(sum(redo))
+        k_dense = len(redo) - k_moe
+        return ch.dense - k_dense, ch.moe - k_moe, k_dense, k_moe, 1.0 if redo else 0.0
     if method == "block":
         # Megatron "block": the first n_rec layers of each chunk keep only their input.
         k = min(n_rec, int(layers))
@@ -137,8 +143,8 @@ def _recompute_split(g: ModelShape, ch: StageLayers, method: str | None, n_rec: 
 
 @lru_cache(maxsize=16384)
 def device_plans(
-    g: ModelShape, all_chunks: tuple[StageLayers, ...], pp: int, vpp: int, schedule: str, nmb: int, full: bool,
-    method: str | None, n_rec: int, extra: int = 0
+    g: ModelShape, all_chunks: tuple[StageLayers, ...], pp: int, vpp: int, schedule: str, nmb: int,
+    rec: RecomputePlan, extra: int = 0
 ) -> tuple[DevicePlan, ...]:
     """The plan of every candidate GPU that could be the most loaded (none an earlier one covers)."""
     out = []
@@ -150,7 +156,7 @@ def device_plans(
         for ch, n in zip(held, counts):
             dense += ch.dense
             moe += ch.moe
-            wd, wm, idd, im, grp = _recompute_split(g, ch, method, n_rec if full else 0)
+            wd, wm, idd, im, grp = _recompute_split(g, ch, rec)
             d_full += n * wd
             m_full += n * wm
             d_in += n * idd

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import LayoutFacts, StageLayers, layout_facts
+from ..layout import LayoutFacts, RecomputePlan, StageLayers, layout_facts
 from ..memory.state_bytes import grad_bytes
 from ..model_shape import ModelShape, model_shape
 from ..param_count import edge_params, layer_params
@@ -50,23 +50,23 @@ class Chunk:
 
 
 @lru_cache(maxsize=4096)
-def _chunks(stages: tuple[StageLayers, ...], pattern: tuple[int, ...], full: bool, block: int | None
-            ) -> tuple[Chunk, ...]:
-    redo_of = (lambda layers: layers if block is None else layers[:block]) if full else (lambda layers: ())
+def _chunks(stages: tuple[StageLayers, ...], pattern: tuple[int, ...], rec: RecomputePlan) -> tuple[Chunk, ...]:
     out = []
     for st in stages:
-        redo = redo_of(pattern[st.start:st.start + st.layers])
+        redo = rec.recomputed(pattern, st.start, st.layers)
         out.append(Chunk(st.dense, st.moe, len(redo) - sum(redo), sum(redo), st.has_embedding, st.has_output))
     return tuple(out)
 
 
+_NO_RECOMPUTE = RecomputePlan(False, None, 0, ())
+
+
 def chunks(model: ModelArch, facts: LayoutFacts, *, recompute: bool = True) -> tuple[Chunk, ...]:
     """The virtual stages of a layout (the layout facts' stages) with its full-recompute plan applied
-    (uniform recomputes every layer, block the first `recompute_num_layers` of each chunk), or without
+    (`RecomputePlan.recomputed`: uniform every layer, block the first `recompute_num_layers` of each chunk,
+    Primus's recompute_layer_ids the listed ones), or without
     any recompute (`recompute=False`: the search's lower bound)."""
-    rec = facts.recompute
-    full = recompute and rec.full
-    return _chunks(facts.chunks, model.moe_layer_pattern, full, rec.block if full else None)
+    return _chunks(facts.chunks, model.moe_layer_pattern, facts.recompute if recompute else _NO_RECOMPUTE)
 
 
 def shards_weights(cfg: EffectiveConfig) -> bool:

@@ -196,6 +196,7 @@ class EffectiveConfig(BaseModel):
     fp8_recipe: str
     moe_shared_expert_overlap: bool
     cuda_graph_scope: tuple[str, ...] | None
+    recompute_layer_ids: tuple[int, ...] | None = None  # Primus: the layers full recompute redoes (TrainingArgs)
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> EffectiveConfig:
         """A copy with `update` applied; the cached key is dropped, since the fields may change."""
@@ -307,4 +308,6 @@ def _recompute(base: dict, fields: dict, knobs: dict) -> None:
         canonical = (granularity if granularity != "full" else None), None, None
     else:
         canonical = "full", method or "uniform", 1 if num_layers is None else num_layers
+        if fields["recompute_layer_ids"]:  # Primus: the listed layers decide; recompute_method must be null
+            canonical = "full", None, None
     fields["recompute_granularity"], fields["recompute_method"], fields["recompute_num_layers"] = canonical

@@ -52,6 +52,11 @@ class TrainingArgs(BaseModel):
     recompute_granularity: RecomputeGranularity | None = None
     recompute_method: RecomputeMethod | None = None
     recompute_num_layers: NonNegativeInt | None = None
+    # Primus's `recompute_layer_ids` (AMD-AGI/Primus fd1eeab primus_megatron_module.yaml and
+    # primus/backends/megatron/patches/recompute_layer_patches.py): under full recompute, exactly these global
+    # layers (decoder 0..num_layers-1, then the MTP depths) are recomputed, each checkpointed alone; None:
+    # recompute_method decides. Primus's "0,3,4" string or a list, read as its validator does (sorted, unique).
+    recompute_layer_ids: tuple[NonNegativeInt, ...] | None = None
     fp8: Fp8Recipe | None = None
     fp8_recipe: Fp8Scaling = "delayed"
     bf16: bool = True
@@ -102,6 +107,19 @@ class TrainingArgs(BaseModel):
     @classmethod
     def _none_like(cls, v: object) -> object:
         return none_like(v)
+
+    @field_validator("recompute_layer_ids", mode="before")
+    @classmethod
+    def _layer_ids(cls, v: object) -> object:
+        """validate_specified_recompute_layers (recompute_layer_patches.py): "a,b" or a list of ints, sorted and
+        unique; an empty list is refused."""
+        if isinstance(v, str):
+            v = [x.strip() for x in v.split(",") if x.strip()]
+        if isinstance(v, (list, tuple)):
+            if not v:
+                raise ValueError("recompute_layer_ids must not be empty (Primus recompute_layer_patches.py)")
+            return tuple(sorted({int(x) for x in v}))
+        return v
 
     @field_validator("recompute_modules", mode="before")
     @classmethod

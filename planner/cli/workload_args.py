@@ -17,7 +17,8 @@ from paratune.oracle.specs import ClusterSpec, Workload
 
 def add_workload_arguments(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     p.add_argument("--workload", required=required,
-                   help="workload: native YAML, Primus experiment, or Hugging Face config.json / its folder")
+                   help="workload: native YAML, Primus experiment, Megatron-LM flags file (a pretrain_gpt.py launch "
+                        "script or --flag lines), or Hugging Face config.json / its folder")
     add_primus_root(p)
 
 

@@ -56,7 +56,9 @@ def _model_text(value: object) -> str:
 
 def model_flags(model: ModelArch, seq_length: int) -> list[str]:
     """The architecture as Megatron-LM flags (the ones `pretrain_gpt.py` needs to build the model)."""
-    out = [f"--seq-length {seq_length}", f"--max-position-embeddings {seq_length}"]
+    # --vocab-size: the card's, for the tokenizers that read it (NullTokenizer, TikTokenizer; others set their
+    # own) and for reading the launch back as a workload (oracle/inputs/megatron_flags.py)
+    out = [f"--seq-length {seq_length}", f"--max-position-embeddings {seq_length}", f"--vocab-size {model.vocab_size}"]
     skip = (set() if model.multi_latent_attention else _MLA_FIELDS) | (set() if model.is_moe else _MOE_FIELDS)
     if model.position_embedding_type is None:  # the kind the card implies, written: Megatron's default is learned
         out.append(f"--position-embedding-type {'learned_absolute' if model.learned_positions else 'rope'}")

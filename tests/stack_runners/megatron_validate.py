@@ -3,6 +3,9 @@ script in a child process: it loads the snapshot's `megatron.training` and stubs
 
 stdin: JSON {"megatron_lm": <snapshot folder>, "cases": [{"argv": [...], "env": {...}, "arch": 9}]}
 stdout (last line): JSON list, per case {"ok": bool, "error": str, "args": {dest: value, ...}}.
+With {"megatron_lm": ..., "flags": true} instead: the last line is `flag_table()`, every option of
+Megatron-LM's own parser (`add_megatron_arguments`), as paratune's flags reader holds it
+(oracle/inputs/vocabulary/megatron_lm_flags.json, written from this by scripts/build_megatron_flags.py).
 How it runs on a CPU follows the snapshot README: `megatron.training` loaded as a bare package (its
 `__init__` imports GPU-only modules), `triton` stubbed once torch's compile paths are imported, and
 `get_device_arch_version()` (0.16.1 asks the GPU) answered with the case's compute capability.
@@ -10,7 +13,9 @@ How it runs on a CPU follows the snapshot README: `megatron.training` loaded as 
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import enum
 import io
 import json
 import os
@@ -45,9 +50,43 @@ def _plain(value: object) -> object:
     return str(value)
 
 
+def _type_name(action: argparse.Action) -> str:
+    """How the flags reader converts the value: int, float, str, bool, or a named Megatron type function
+    (moe_freq_type, tuple_type, ...; an enum's handler as "enum", the cuda-graph-scope lambda as "str")."""
+    kind = action.type
+    name = getattr(kind, "__name__", "str") if kind is not None else "str"
+    return {"enum_type_handler": "enum", "<lambda>": "str"}.get(name, name)
+
+
+def flag_table(arguments: types.ModuleType) -> dict[str, list[object]]:
+    """option string -> [dest, kind ("value" | "true" | "false"), nargs, type, choices, default]."""
+    parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    table: dict[str, list[object]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        choices = [c.name if isinstance(c, enum.Enum) else c for c in action.choices] if action.choices else None
+        default = action.default.name if isinstance(action.default, enum.Enum) else _plain(action.default)
+        for option in action.option_strings:
+            if isinstance(action, argparse._StoreTrueAction):
+                kind = "true"
+            elif isinstance(action, argparse._StoreFalseAction):
+                kind = "false"
+            elif isinstance(action, argparse.BooleanOptionalAction):
+                kind = "false" if option.startswith("--no-") else "true"
+            else:
+                kind = "value"
+            table[option] = [action.dest, kind, action.nargs if kind == "value" else 0, _type_name(action), choices,
+                             default]
+    return dict(sorted(table.items()))
+
+
 def main() -> None:
     request = json.load(sys.stdin)
     arguments = _load(request["megatron_lm"])
+    if request.get("flags"):
+        print(json.dumps(flag_table(arguments)))
+        return
     results = []
     for case in request["cases"]:
         saved = dict(os.environ)
