@@ -1,0 +1,78 @@
+"""The oracle over arrays equals the oracle on one layout: `estimate_memory_batch` against `estimate_memory`
+on more than 20,000 random legal layouts across dense, MoE and MLA models, every stack and every pipeline
+schedule.
+
+The scalar call runs the same formulas on plain numbers (`oracle/memory/estimate.py`), so the two must agree
+to the last bit; the test allows a relative difference of 1e-9, as issue 26 states it. The reference numbers
+are the scalar oracle's, which tests/test_memory.py checks against published measurements and hand sums.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.memory import estimate_memory
+from paratune.oracle.memory.estimate import estimate_memory_batch
+from paratune.planner.space import enumerate_layouts, knob_points, layout_knobs, menu
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# (workload, cluster, stack override): dense, MoE and MLA (with MTP); Megatron-LM, Megatron-Bridge and
+# Primus (whose zero-bubble schedules 1F1B-ZB and ZB-V only Primus runs). One- and two-node clusters keep the
+# enumeration of the legal layouts short.
+CASES = [
+    ("llama3-8b-mi300x.yaml", "mi300x-1n.yaml", None),
+    ("llama3-70b-h100.yaml", "h100-2n.yaml", None),
+    ("llama3-70b-h100.yaml", "h100-2n.yaml", "megatron-bridge"),
+    ("mixtral-8x22b-mi355x.yaml", "mi300x-1n.yaml", None),
+    ("qwen3-30b-a3b-h100-recipe.yaml", "h100-2n.yaml", "megatron-bridge"),
+    ("deepseek-v3-h100.yaml", "h100-2n.yaml", None),
+]
+PER_CASE = 3500  # 6 cases: 21,000 layouts
+REL = 1e-9
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= REL * max(abs(a), abs(b))
+
+
+def _random_points(workload, cluster, n: int, rng: random.Random) -> list:
+    """`n` random legal points: a random legal layout, then a random feature-knob point of it."""
+    layouts = list(enumerate_layouts(workload, cluster))
+    m = menu(workload, cluster)
+    out = []
+    while len(out) < n:
+        layout = rng.choice(layouts)
+        out.append(workload.effective(rng.choice(list(knob_points(*layout_knobs(workload, layout, m))))))
+    return out
+
+
+def test_batched_memory_equals_the_scalar_oracle_on_random_legal_layouts():
+    rng = random.Random(26)
+    seen = {"schedules": set(), "stacks": set(), "kinds": set()}
+    checked = 0
+    for w_file, c_file, stack in CASES:
+        workload = load_workload(EXAMPLES / "workloads" / w_file)
+        cluster = load_cluster(EXAMPLES / "clusters" / c_file)
+        if stack:
+            cluster = cluster.model_copy(update={"stack": stack})
+        cfgs = _random_points(workload, cluster, PER_CASE, rng)
+        batch = estimate_memory_batch(workload.model, cfgs, cluster)
+        for i, cfg in enumerate(cfgs):
+            one = estimate_memory(workload.model, cfg, cluster)
+            assert _close(batch.total_gb[i], one.total_gb), (w_file, cfg.key)
+            assert _close(batch.param_optimizer_gb[i], one.param_optimizer_gb), (w_file, cfg.key)
+            assert _close(batch.activation_gb[i], one.activation_gb), (w_file, cfg.key)
+            got = batch.estimate(i)
+            assert got.breakdown.keys() == one.breakdown.keys()
+            assert all(_close(got.breakdown[k], v) for k, v in one.breakdown.items()), (w_file, cfg.key)
+            seen["schedules"].add(cfg.pp_schedule)
+        seen["stacks"].add(cluster.stack)
+        model = workload.model
+        seen["kinds"].add("mla" if model.multi_latent_attention else "moe" if model.is_moe else "dense")
+        checked += len(cfgs)
+    assert checked >= 20_000
+    assert seen["schedules"] == {"1f1b", "interleaved", "zb", "zbv"}
+    assert seen["stacks"] == {"megatron-lm", "megatron-bridge", "primus"}
+    assert seen["kinds"] == {"dense", "moe", "mla"}
