@@ -1,6 +1,6 @@
 """The oracle over arrays equals the oracle on one layout: `estimate_memory_batch` against `estimate_memory`
 on more than 20,000 random legal layouts across dense, MoE and MLA models, every stack and every pipeline
-schedule.
+schedule, and the sweep's layout bounds (`iteration_bounds`) against `iteration_bound` on 1,800 of them.
 
 The scalar call runs the same formulas on plain numbers (`oracle/memory/estimate.py`), so the two must agree
 to the last bit; the test allows a relative difference of 1e-9, as issue 26 states it. The reference numbers
@@ -15,7 +15,9 @@ from pathlib import Path
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.memory import estimate_memory
 from paratune.oracle.memory.estimate import estimate_memory_batch
-from paratune.planner.space import enumerate_layouts, knob_points, layout_knobs, menu
+from paratune.oracle.performance import iteration_bound
+from paratune.oracle.performance.bound import iteration_bounds
+from paratune.planner.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # (workload, cluster, stack override): dense, MoE and MLA (with MTP); Megatron-LM, Megatron-Bridge and
@@ -76,3 +78,21 @@ def test_batched_memory_equals_the_scalar_oracle_on_random_legal_layouts():
     assert seen["schedules"] == {"1f1b", "interleaved", "zb", "zbv"}
     assert seen["stacks"] == {"megatron-lm", "megatron-bridge", "primus"}
     assert seen["kinds"] == {"dense", "moe", "mla"}
+
+
+def test_batched_layout_bounds_equal_the_scalar_bound():
+    """`iteration_bounds` (pipeline timelines of one shape run together over arrays) against
+    `iteration_bound` layout by layout: over every feature knob (a layout's bound) and per point."""
+    rng = random.Random(2026)
+    for w_file, c_file, stack in CASES:
+        workload = load_workload(EXAMPLES / "workloads" / w_file)
+        cluster = load_cluster(EXAMPLES / "clusters" / c_file)
+        if stack:
+            cluster = cluster.model_copy(update={"stack": stack})
+        variants = bound_variants(menu(workload, cluster))
+        cfgs = _random_points(workload, cluster, 300, rng)
+        for any_knobs in (True, False):
+            batch = iteration_bounds(workload.model, cfgs, cluster, any_knobs=any_knobs, variants=variants)
+            for cfg, got in zip(cfgs, batch):
+                one = iteration_bound(workload.model, cfg, cluster, any_knobs=any_knobs, variants=variants)
+                assert _close(got, one), (w_file, cfg.key, any_knobs)

@@ -171,16 +171,23 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ..
 
 
 def _run(schedule: str, p: int, v: int, m: int, durations: Any, edges: Any,
-         maximum: Callable[[Any, Any], Any] = max) -> list:
+         maximum: Callable[[Any, Any], Any] | None = None) -> list:
     """Each rank's finish time: an op starts when its rank is free and its dependency has arrived.
 
-    Written once for plain numbers (`maximum` = max) and for a batch of layouts sharing the program
-    (`durations`, `edges` rows of numpy arrays, one element per layout; `maximum` = np.maximum)."""
+    Written once for plain numbers (`maximum` None: the comparison inline, the hot loop of a search) and
+    for a batch of layouts sharing the program (`durations`, `edges` rows of numpy arrays, one element
+    per layout; `maximum` = np.maximum)."""
     ranks, dur_idx, deps, edge_idx = _program(schedule, p, v, m)
     fin: list = [0.0] * len(ranks)
     free: list = [0.0] * p
     for i, (r, d, dep, e) in enumerate(zip(ranks, dur_idx, deps, edge_idx)):
-        t = free[r] if dep < 0 else maximum(free[r], fin[dep] + edges[e])
+        t = free[r]
+        if dep >= 0:
+            arrive = fin[dep] + edges[e]
+            if maximum is not None:
+                t = maximum(t, arrive)
+            elif arrive > t:
+                t = arrive
         t = t + durations[d]
         fin[i] = t
         free[r] = t
