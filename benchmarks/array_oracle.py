@@ -32,8 +32,8 @@ from paratune.oracle.performance.bound import iteration_bounds  # noqa: E402
 from paratune.planner.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu  # noqa: E402
 from paratune.planner.sweep import BLOCK  # noqa: E402
 
-REPEATS = 5
-LAYOUTS = 2000
+REPEATS = 3
+LAYOUTS = 1000
 
 
 def memory_scalar(model, cfgs, cluster) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.memory import estimate_memory
 from paratune.oracle.memory.estimate import estimate_memory_batch
-from paratune.oracle.performance import iteration_bound
+from paratune.oracle.performance import iteration_bound, schedule
 from paratune.oracle.performance.bound import iteration_bounds
 from paratune.planner.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu
 
@@ -80,9 +80,11 @@ def test_batched_memory_equals_the_scalar_oracle_on_random_legal_layouts():
     assert seen["kinds"] == {"dense", "moe", "mla"}
 
 
-def test_batched_layout_bounds_equal_the_scalar_bound():
+def test_batched_layout_bounds_equal_the_scalar_bound(monkeypatch):
     """`iteration_bounds` (pipeline timelines of one shape run together over arrays) against
-    `iteration_bound` layout by layout: over every feature knob (a layout's bound) and per point."""
+    `iteration_bound` layout by layout: over every feature knob (a layout's bound) and per point. Every
+    shared timeline of two or more layouts runs over arrays here (`ARRAY_ROWS` lowered from 16)."""
+    monkeypatch.setattr(schedule, "ARRAY_ROWS", 2)
     rng = random.Random(2026)
     for w_file, c_file, stack in CASES:
         workload = load_workload(EXAMPLES / "workloads" / w_file)

@@ -25,6 +25,7 @@ from ..cancel import checkpoint
 
 F, B, W = 0, 1, 2
 SPLIT_BACKWARD = ("zb", "zbv")  # schedules that run W as its own op
+ARRAY_ROWS = 16  # layouts from which a shared timeline runs over arrays (measured: benchmarks/array_oracle.py)
 
 
 def _one_f_one_b(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
@@ -206,9 +207,10 @@ def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w
 def rank_end_times_batch(schedule: str, p: int, v: int, m: int,
                          inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]]) -> list[tuple[float, ...]]:
     """`rank_end_times` of many layouts with one program (m <= 3p micro-batches; `inputs`: each one's
-    `timeline_inputs`), run once over arrays; a single layout runs on plain numbers."""
-    if len(inputs) == 1:
-        return [tuple(_run(schedule, p, v, m, *inputs[0]))]
+    `timeline_inputs`), run once over arrays; fewer than ARRAY_ROWS layouts run one by one on plain
+    numbers (numpy's cost per operation exceeds the arithmetic on a few)."""
+    if len(inputs) < ARRAY_ROWS:
+        return [tuple(_run(schedule, p, v, m, *x)) for x in inputs]
     durations = np.array([d for d, _ in inputs]).T
     edges = np.array([e for _, e in inputs]).T
     free = _run(schedule, p, v, m, durations, edges, np.maximum)
