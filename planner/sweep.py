@@ -30,7 +30,9 @@ from pydantic import BaseModel
 from paratune.oracle.cancel import checkpoint
 from paratune.oracle.evaluate import evaluate_config
 from paratune.oracle.memory import estimate_memory
-from paratune.oracle.performance import iteration_bound, simulate, tokens_per_s_per_gpu
+from paratune.oracle.performance import iteration_bound, tokens_per_s_per_gpu
+from paratune.oracle.performance.bound import iteration_bounds
+from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .space import (
@@ -60,6 +62,7 @@ class SweepResult(BaseModel):
     jobs: int
 
 
+BLOCK = 512  # layouts whose bounds are computed together (a stopped caller is heard between blocks)
 KEEP = 50  # points ranked beyond the top-k when `within` is set, for the robust pick (module doc)
 Ranked = tuple[float, str, EffectiveConfig]  # (tokens/s/GPU, config key, config): tuple order = ranking
 _CTX: dict = {}
@@ -85,9 +88,13 @@ def _best_tps(cfg: EffectiveConfig, any_knobs: bool) -> float:
                                                 variants=_CTX["variants"]))
 
 
-def _layout_bound(layout: dict) -> float:
-    """Upper bound on the tokens/s/GPU of every point of `layout`."""
-    return _best_tps(_CTX["workload"].effective(next(knob_points(*_knobs(layout)))), any_knobs=True)
+def _layout_bounds(layouts: list[dict]) -> list[float]:
+    """Upper bound on the tokens/s/GPU of every point of each of `layouts`, computed together (the
+    timelines of layouts with one pipeline shape run over arrays, `iteration_bounds`)."""
+    workload, cluster = _CTX["workload"], _CTX["cluster"]
+    cfgs = [workload.effective(next(knob_points(*_knobs(x)))) for x in layouts]
+    bounds = iteration_bounds(workload.model, cfgs, cluster, any_knobs=True, variants=_CTX["variants"])
+    return [tokens_per_s_per_gpu(cfg, cluster.world_size, t) for cfg, t in zip(cfgs, bounds)]
 
 
 def _loses(tps: float) -> bool:
@@ -122,7 +129,7 @@ def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ra
         if _loses(bounds[knobs]):
             continue
         scored += 1
-        tps = simulate(workload.model, cfg, cluster).tokens_per_s_per_gpu
+        tps = simulated_tokens_per_s_per_gpu(workload.model, cfg, cluster)
         if _loses(tps):
             continue
         item = (tps, cfg.key, cfg)
@@ -151,7 +158,9 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
     ranks = top_k + (KEEP if within > 0 else 0)
     _init(workload, cluster, ranks)
     # Bounds first, here: forked workers then start with the oracle's caches (and Origami's torch) warm.
-    tasks = sorted(((x, _checked(_layout_bound, x)) for x in enumerate_layouts(workload, cluster)), key=lambda t: -t[1])
+    layouts = list(enumerate_layouts(workload, cluster))
+    bounds = [b for i in range(0, len(layouts), BLOCK) for b in _checked(_layout_bounds, layouts[i:i + BLOCK])]
+    tasks = sorted(zip(layouts, bounds), key=lambda t: -t[1])
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
     counts = [0, 0, 0, 0]
     ranked: list[Ranked] = []

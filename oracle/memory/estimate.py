@@ -1,9 +1,20 @@
-"""Per-GPU memory of one layout: every pipeline GPU with a distinct set of layers, the largest kept."""
+"""Per-GPU memory of layouts: every pipeline GPU with a distinct set of layers, the largest kept.
+
+Written once, over arrays (issue 26): a batch of layouts becomes a table with one entry per (layout,
+candidate pipeline GPU), each term a numpy array and each branch a `np.where`; the per-layout parts that
+several layouts share (parameter counts, activations per token, the pipeline plans) come from cached
+functions. `estimate_memory` is a batch of one; the search checks whole blocks of layouts at once.
+The operations run in the order the per-GPU formulas name them, so a batch and a batch of one agree to
+the last bit."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
+import numpy as np
+
+from ..identity_cache import by_identity
 from ..layout import layout_facts
 from ..model_shape import model_shape
 from ..param_count import edge_params, layer_params
@@ -18,11 +29,12 @@ from .constants import (
     RUNTIME_CONTEXT_GIB,
     WEIGHT_BYTES,
 )
-from .inflight import device_plans, saturated_microbatches
+from .inflight import DevicePlan, device_plans, saturated_microbatches
 from .overheads import (
     allocator_overhead,
     comm_buffers,
     cuda_graph_buffers,
+    cuda_graph_sample_bytes,
     deepep_buffers,
 )
 from .state_bytes import grad_bytes, optimizer_bytes
@@ -47,7 +59,56 @@ _RUNTIME = RUNTIME_CONTEXT_GIB * GIB
 
 
 def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> MemoryEstimate:
-    """Per-GPU memory (GiB) of `cfg` training `model` on `cluster`, for the most-loaded pipeline GPU."""
+    """Per-GPU memory (GiB) of `cfg` training `model` on `cluster`, for the most-loaded pipeline GPU: a
+    batch of one, its columns plain numbers (`_terms` over `SCALAR`; numpy costs more than the
+    arithmetic on one layout)."""
+    *row, plans = _row(model, cfg, cluster)
+    best = None
+    for plan in _plan_columns(plans):
+        terms = _terms(row, plan, SCALAR)
+        if best is None or terms[0] > best[0][0]:  # the first most-loaded GPU
+            best = terms, plan
+    assert best is not None  # every layout has a first pipeline GPU
+    return _estimate(best[0], best[1], row)
+
+
+def estimate_memory_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig], cluster: ClusterSpec) -> MemoryBatch:
+    """Per-GPU memory of every layout in `cfgs` on `cluster`, computed over arrays (module doc)."""
+    rows = [_row(model, cfg, cluster) for cfg in cfgs]
+    if not rows:
+        empty = np.zeros(0)
+        return MemoryBatch(empty, empty, empty, np.zeros((_TERMS, 0)), np.zeros((_PLAN_WIDTH, 0)),
+                           np.zeros((_ROW_WIDTH, 0)))
+    plans = [r[-1] for r in rows]
+    counts = np.fromiter((len(p) for p in plans), dtype=np.intp, count=len(plans))
+    owner = np.repeat(np.arange(len(rows)), counts)
+    per_row = np.array([r[:-1] for r in rows], dtype=float).reshape(len(rows), _ROW_WIDTH)[owner].T
+    per_plan = np.array([col for p in plans for col in _plan_columns(p)], dtype=float).reshape(-1, _PLAN_WIDTH).T
+    terms = np.stack(_terms(per_row, per_plan, np))
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    total = terms[0]
+    peak = np.maximum.reduceat(total, starts)
+    firsts = np.flatnonzero(total == peak[owner])  # the first most-loaded GPU of each layout, as the loop kept
+    chosen = firsts[np.unique(owner[firsts], return_index=True)[1]]
+    return MemoryBatch(total[chosen] / GIB, terms[1][chosen] / GIB, terms[2][chosen] / GIB, terms[:, chosen],
+                       per_plan[:, chosen], per_row[:, chosen])
+
+
+# Columns of one layout (`_row`) and of one candidate GPU's plan (`_plan_columns`), in order.
+(_DENSE_SHARD, _EXPERT_SHARD, _W_SHARDED, _G_SHARDED, _O_SHARDED, _GRAD_B, _OPT_B, _FP8_PRIMARY, _FP8, _COMM,
+ _COMM_TRANSIENT, _DEEPEP, _FIXED, _DL_DENSE, _DL_LIN, _ML_DENSE, _ML_EXP, _ML_LIN, _EMB, _OUT_EDGE, _MTP_EMB,
+ _MTP_DENSE, _MTP_EXPERT, _MTP_LIN, _ACT_D, _ACT_M, _ACT_IN, _ACT_EMB, _ACT_LOGITS, _ACT_MTP, _STASH_D, _STASH_M,
+ _GRAPHS, _GRAPH_SAMPLE, _GRAPH_TOKEN) = range(35)
+_ROW_WIDTH = 35
+(_P_INDEX, _P_ND, _P_NM, _P_EMB, _P_OUT, _P_MTP, _P_DENSE_FULL, _P_MOE_FULL, _P_DENSE_IN, _P_MOE_IN, _P_EMB_MB,
+ _P_MTP_MB, _P_DENSE_GROUP, _P_MOE_GROUP, _P_WGRAD_D, _P_WGRAD_M, _P_INFLIGHT) = range(17)
+_PLAN_WIDTH = 17
+_TERMS = 19  # rows of `_terms`
+
+
+def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple:
+    """The layout-wide terms of `cfg` (`_ROW_WIDTH` numbers, bytes or counts) and its candidate GPUs'
+    plans: everything the per-GPU arithmetic (`_terms`) reads."""
     g = model_shape(model)
     c = cfg.__dict__  # plain dict reads: pydantic attribute access is the slow part of a call
     gpn = cluster.gpus_per_node
@@ -78,9 +139,7 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     # 6 + 12/DP of theoretical_memory_usage.py assumes CP = 1) and expert-DP for expert parameters.
     # Torch FSDP2 shards weights, gradients and optimizer state over the same groups; Megatron-FSDP
     # shards what its data_parallel_sharding_strategy names (optim, optim_grads, optim_grads_params).
-    dense_shard, expert_shard = dp * cp, edp
     w_sharded, g_sharded, o_sharded = _sharding(c)
-    grad_b, opt_b = grad_bytes(cfg), optimizer_bytes(cfg)
     # FP8 primary weights: the linear weights have no bf16 copy, only the FP8 one (state_bytes.py).
     fp8_primary = fp8 and c["fp8_param_gather"]
 
@@ -88,106 +147,146 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on,
                                              c["moe_token_dispatcher_type"] == "allgather")
     deepep = deepep_buffers(g, ep, etp, gpn) if deepep_on else 0.0
-    fixed = comm_nccl + comm_transient + deepep + _RUNTIME
     # Primus recompute_layer_ids address MTP depth d as num_layers + d (recompute_layer_patches.py)
     mtp_full = full and (not rec.layer_ids or max(rec.layer_ids) >= model.num_layers)
     mtp_body = (acts.layer_input if mtp_full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra
-
-    # Loop invariants (bytes per layer / per token), hoisted out of the per-GPU loop.
-    dl_dense, dl_lin = dense_l.dense, dense_l.linear
-    ml_dense, ml_exp, ml_lin = moe_l.dense, moe_l.expert, moe_l.linear
-    out_edge = edge.output + edge.final_norm
-    act_d, act_m, act_in = acts.dense * tokens, acts.moe * tokens, acts.layer_input * tokens
-    act_emb, act_logits = eacts.embedding * tokens, eacts.logits * tokens
-    act_mtp = g.mtp_layers * mtp_body * tokens
-    stash_d, stash_m = acts.dense_wgrad * tokens, acts.moe_wgrad * tokens
     graph_impl = c["cuda_graph_impl"]
+    graph_token = graph_sample = 0.0
     if graph_impl != "none":
         graph_token = ACT_BYTES * g.h * (tokens / tp if sp else tokens)
         graph_mask = c["mbs"] * (c["seq_length"] / cp) * c["seq_length"]  # one byte per boolean mask entry
+        graph_sample = cuda_graph_sample_bytes(c["cuda_graph_scope"], graph_token, graph_mask)
+    return (dp * cp, edp, w_sharded, g_sharded, o_sharded, grad_bytes(cfg), optimizer_bytes(cfg), fp8_primary, fp8,
+            comm_nccl + comm_transient, comm_transient, deepep, comm_nccl + comm_transient + deepep + _RUNTIME,
+            dense_l.dense, dense_l.linear, moe_l.dense, moe_l.expert, moe_l.linear,
+            edge.embedding, edge.output + edge.final_norm, edge.mtp_embedding, edge.mtp.dense, edge.mtp.expert,
+            edge.mtp.linear, acts.dense * tokens, acts.moe * tokens, acts.layer_input * tokens,
+            eacts.embedding * tokens, eacts.logits * tokens, g.mtp_layers * mtp_body * tokens,
+            acts.dense_wgrad * tokens, acts.moe_wgrad * tokens, graph_impl != "none", graph_sample, graph_token,
+            plans)
 
-    best = None
-    for p in plans:
-        # ---- parameters --------------------------------------------------------------------------
-        nd, nm = p.dense_layers, p.moe_layers
-        p_dense = nd * dl_dense + nm * ml_dense
-        p_expert = nm * ml_exp
-        p_linear = nd * dl_lin + nm * ml_lin
-        p_edge = edge.embedding if p.has_embedding else 0.0
-        if p.has_output:
-            p_edge += out_edge
-        if p.has_mtp:
-            p_edge += edge.mtp_embedding
-            p_dense += edge.mtp.dense
-            p_expert += edge.mtp.expert
-            p_linear += edge.mtp.linear
-        p_dense += p_edge
-        local = p_dense / dense_shard + p_expert / expert_shard
-        held = p_dense + p_expert
-        big = max(dl_dense if nd else 0.0, ml_dense + ml_exp if nm else 0.0)  # largest layer, unsharded
-        big_lin = max(dl_lin if nd else 0.0, ml_lin if nm else 0.0)
-        if w_sharded:  # the current and the prefetched layer are gathered at once
-            w_params, lin = local + FSDP_UNSHARDED_WEIGHT_LAYERS * big, FSDP_UNSHARDED_WEIGHT_LAYERS * big_lin
-        else:
-            w_params, lin = held, p_linear
-        weights = WEIGHT_BYTES * (w_params - (lin if fp8_primary else 0.0))
-        fp8_copies = FP8_WEIGHT_COPY_BYTES * lin if fp8 else 0.0
-        grads = grad_b * (local + FSDP_UNSHARDED_GRAD_LAYERS * big if g_sharded else held)
-        optimizer = opt_b * (local if o_sharded else held)
 
-        # ---- activations -------------------------------------------------------------------------
-        a_dense = p.dense_full_mb * act_d + p.dense_input_mb * act_in
-        a_moe = p.moe_full_mb * act_m + p.moe_input_mb * act_in
-        a_emb = p.embedding_mb * act_emb
-        a_logits = act_logits if p.has_output else 0.0  # the last chunk runs each backward right after its forward
-        a_mtp = p.mtp_mb * act_mtp if p.has_mtp else 0.0
-        a_transient = 0.0
-        for layers, has_d, has_m in p.recompute_groups:
-            # the backward of a recomputed group holds its full activations for one micro-batch
-            biggest = max(act_d if has_d else 0.0, act_m if has_m else 0.0)
-            a_transient = max(a_transient, layers * biggest)
-        a_stash = p.wgrad_dense_mb * stash_d + p.wgrad_moe_mb * stash_m if p.wgrad_dense_mb or p.wgrad_moe_mb else 0.0
-        activation = a_dense + a_moe + a_emb + a_logits + a_mtp + a_transient + a_stash
+@by_identity(maxsize=16384)
+def _plan_columns(plans: tuple[DevicePlan, ...]) -> tuple[tuple[float, ...], ...]:
+    """`_PLAN_WIDTH` numbers per candidate GPU, once per plans object (`device_plans` is cached): a
+    recompute group counts through the most layers it recomputes at once, per layer type (the transient
+    of the largest group, `_terms`)."""
+    return tuple((p.index, p.dense_layers, p.moe_layers, p.has_embedding, p.has_output, p.has_mtp, p.dense_full_mb,
+                  p.moe_full_mb, p.dense_input_mb, p.moe_input_mb, p.embedding_mb, p.mtp_mb,
+                  max((n for n, has_d, _ in p.recompute_groups if has_d), default=0.0),
+                  max((n for n, _, has_m in p.recompute_groups if has_m), default=0.0),
+                  p.wgrad_dense_mb, p.wgrad_moe_mb, p.inflight) for p in plans)
 
-        param_opt = weights + grads + optimizer + fp8_copies
-        graphs = 0.0 if graph_impl == "none" else cuda_graph_buffers(
-            graph_impl, c["cuda_graph_scope"], p.inflight * (nd + nm), graph_token, graph_mask)
-        alloc = allocator_overhead(activation + comm_transient)
-        total = param_opt + activation + alloc + fixed + graphs
-        if best is None or total > best[0]:
-            best = (
-                total, p, param_opt, activation, alloc, graphs,
-                (weights, grads, optimizer, fp8_copies),
-                (a_dense, a_moe, a_mtp, a_emb, a_logits, a_transient, a_stash),
-                (p_dense, p_expert, p_edge),
-            )
 
-    assert best is not None  # every layout has a first pipeline GPU
-    total, p, param_opt, activation, alloc, graphs, po, ac, counts = best
+class _Scalar:
+    """`np.where` and `np.maximum` on plain numbers: `_terms` of one (layout, GPU) pair."""
+
+    @staticmethod
+    def where(condition: bool, a: float, b: float) -> float:
+        return a if condition else b
+
+    maximum = staticmethod(max)
+
+
+SCALAR = _Scalar()
+
+
+def _terms(r: Any, p: Any, xp: Any) -> tuple:
+    """Every GiB term of each (layout, candidate GPU) pair, bytes: `r` the layout's columns (`_row`), `p` the
+    GPU's (`_plan_columns`), as numpy arrays (one pair per element, `xp` = numpy) or plain numbers (`xp` =
+    `SCALAR`): the formulas are written once for both. In order: total, param+optimizer, activation, then
+    weights, grads, optimizer, FP8 copies, the activation terms (dense, MoE, MTP, embedding, logits,
+    recompute transient, W stash), allocator, CUDA graphs, and the dense / expert / edge parameter counts."""
+    # ---- parameters ------------------------------------------------------------------------------
+    nd, nm = p[_P_ND], p[_P_NM]
+    has_out, has_mtp = p[_P_OUT] > 0, p[_P_MTP] > 0
+    p_dense = nd * r[_DL_DENSE] + nm * r[_ML_DENSE]
+    p_expert = nm * r[_ML_EXP]
+    p_linear = nd * r[_DL_LIN] + nm * r[_ML_LIN]
+    p_edge = xp.where(p[_P_EMB] > 0, r[_EMB], 0.0)
+    p_edge = xp.where(has_out, p_edge + r[_OUT_EDGE], p_edge)
+    p_edge = xp.where(has_mtp, p_edge + r[_MTP_EMB], p_edge)
+    p_dense = xp.where(has_mtp, p_dense + r[_MTP_DENSE], p_dense)
+    p_expert = xp.where(has_mtp, p_expert + r[_MTP_EXPERT], p_expert)
+    p_linear = xp.where(has_mtp, p_linear + r[_MTP_LIN], p_linear)
+    p_dense = p_dense + p_edge
+    local = p_dense / r[_DENSE_SHARD] + p_expert / r[_EXPERT_SHARD]
+    held = p_dense + p_expert
+    # the largest layer, unsharded
+    big = xp.maximum(xp.where(nd > 0, r[_DL_DENSE], 0.0), xp.where(nm > 0, r[_ML_DENSE] + r[_ML_EXP], 0.0))
+    big_lin = xp.maximum(xp.where(nd > 0, r[_DL_LIN], 0.0), xp.where(nm > 0, r[_ML_LIN], 0.0))
+    w_sharded = r[_W_SHARDED] > 0  # the current and the prefetched layer are gathered at once
+    w_params = xp.where(w_sharded, local + FSDP_UNSHARDED_WEIGHT_LAYERS * big, held)
+    lin = xp.where(w_sharded, FSDP_UNSHARDED_WEIGHT_LAYERS * big_lin, p_linear)
+    weights = WEIGHT_BYTES * (w_params - xp.where(r[_FP8_PRIMARY] > 0, lin, 0.0))
+    fp8_copies = xp.where(r[_FP8] > 0, FP8_WEIGHT_COPY_BYTES * lin, 0.0)
+    grads = r[_GRAD_B] * xp.where(r[_G_SHARDED] > 0, local + FSDP_UNSHARDED_GRAD_LAYERS * big, held)
+    optimizer = r[_OPT_B] * xp.where(r[_O_SHARDED] > 0, local, held)
+
+    # ---- activations -----------------------------------------------------------------------------
+    act_d, act_m, act_in = r[_ACT_D], r[_ACT_M], r[_ACT_IN]
+    a_dense = p[_P_DENSE_FULL] * act_d + p[_P_DENSE_IN] * act_in
+    a_moe = p[_P_MOE_FULL] * act_m + p[_P_MOE_IN] * act_in
+    a_emb = p[_P_EMB_MB] * r[_ACT_EMB]
+    a_logits = xp.where(has_out, r[_ACT_LOGITS], 0.0)  # the last chunk runs each backward right after its forward
+    a_mtp = xp.where(has_mtp, p[_P_MTP_MB] * r[_ACT_MTP], 0.0)
+    # the backward of a recomputed group holds its full activations for one micro-batch
+    a_transient = xp.maximum(p[_P_DENSE_GROUP] * act_d, p[_P_MOE_GROUP] * act_m)
+    a_stash = p[_P_WGRAD_D] * r[_STASH_D] + p[_P_WGRAD_M] * r[_STASH_M]
+    activation = a_dense + a_moe + a_emb + a_logits + a_mtp + a_transient + a_stash
+
+    param_opt = weights + grads + optimizer + fp8_copies
+    graphs = xp.where(r[_GRAPHS] > 0, cuda_graph_buffers(p[_P_INFLIGHT] * (nd + nm), r[_GRAPH_SAMPLE],
+                                                          r[_GRAPH_TOKEN]), 0.0)
+    alloc = allocator_overhead(activation + r[_COMM_TRANSIENT])
+    total = param_opt + activation + alloc + r[_FIXED] + graphs
+    return (total, param_opt, activation, weights, grads, optimizer, fp8_copies, a_dense, a_moe, a_mtp,
+            a_emb, a_logits, a_transient, a_stash, alloc, graphs, p_dense, p_expert, p_edge)
+
+
+class MemoryBatch(NamedTuple):
+    """Per-GPU memory of a batch of layouts (GiB arrays, one entry per layout, in order), and what
+    `estimate` needs to give one layout's `MemoryEstimate`."""
+
+    total_gb: np.ndarray
+    param_optimizer_gb: np.ndarray
+    activation_gb: np.ndarray
+    terms: np.ndarray  # `_terms` rows of each layout's most-loaded GPU
+    plan: np.ndarray  # its `_plan_columns`
+    row: np.ndarray  # the layout's `_row` columns
+
+    def estimate(self, i: int) -> MemoryEstimate:
+        """Layout `i` as `estimate_memory` returns it, with every term in the breakdown."""
+        return _estimate(self.terms[:, i].tolist(), self.plan[:, i].tolist(), self.row[:, i].tolist())
+
+
+def _estimate(t: Sequence[float], p: Sequence[float], r: Sequence[float]) -> MemoryEstimate:
+    """The estimate of one layout from its most-loaded GPU's `_terms` (`t`) and plan columns (`p`), and
+    the layout's columns (`r`)."""
     breakdown = {
-        "mem_weights": po[0] / GIB,
-        "mem_grads": po[1] / GIB,
-        "mem_optimizer": po[2] / GIB,
-        "mem_fp8_weight_copies": po[3] / GIB,
-        "mem_act_dense_layers": ac[0] / GIB,
-        "mem_act_moe_layers": ac[1] / GIB,
-        "mem_act_mtp_layers": ac[2] / GIB,
-        "mem_act_embedding": ac[3] / GIB,
-        "mem_act_logits_loss": ac[4] / GIB,
-        "mem_act_recompute_transient": ac[5] / GIB,
-        "mem_act_wgrad_stash": ac[6] / GIB,
-        "mem_comm_buffers": (comm_nccl + comm_transient) / GIB,
-        "mem_deepep_buffers": deepep / GIB,
-        "mem_cuda_graphs": graphs / GIB,
+        "mem_weights": t[3] / GIB,
+        "mem_grads": t[4] / GIB,
+        "mem_optimizer": t[5] / GIB,
+        "mem_fp8_weight_copies": t[6] / GIB,
+        "mem_act_dense_layers": t[7] / GIB,
+        "mem_act_moe_layers": t[8] / GIB,
+        "mem_act_mtp_layers": t[9] / GIB,
+        "mem_act_embedding": t[10] / GIB,
+        "mem_act_logits_loss": t[11] / GIB,
+        "mem_act_recompute_transient": t[12] / GIB,
+        "mem_act_wgrad_stash": t[13] / GIB,
+        "mem_comm_buffers": r[_COMM] / GIB,
+        "mem_deepep_buffers": r[_DEEPEP] / GIB,
+        "mem_cuda_graphs": t[15] / GIB,
         "mem_runtime_context": RUNTIME_CONTEXT_GIB,
-        "mem_allocator_overhead": alloc / GIB,
-        "mem_inflight_microbatches": p.inflight,
-        "mem_stage": float(p.index),
-        "mem_params_dense_count": counts[0],
-        "mem_params_expert_count": counts[1],
-        "mem_params_embedding_count": counts[2],
+        "mem_allocator_overhead": t[14] / GIB,
+        "mem_inflight_microbatches": float(p[_P_INFLIGHT]),
+        "mem_stage": float(p[_P_INDEX]),
+        "mem_params_dense_count": t[16],
+        "mem_params_expert_count": t[17],
+        "mem_params_embedding_count": t[18],
     }
-    return MemoryEstimate(total / GIB, param_opt / GIB, activation / GIB, breakdown)
+    return MemoryEstimate(t[0] / GIB, t[1] / GIB, t[2] / GIB, breakdown)
 
 
 def _sharding(c: dict) -> tuple[bool, bool, bool]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..model_shape import ModelShape
 from .constants import (
     ACT_BYTES,
@@ -67,22 +69,23 @@ def allocator_overhead(dynamic_bytes: float) -> float:
     return ALLOCATOR_FRAGMENTATION * dynamic_bytes
 
 
-def cuda_graph_buffers(impl: str, scope: tuple[str, ...] | None, stored_layer_mbs: float, token_bytes: float,
-                       mask_bytes: float) -> float:
-    """Memory CUDA graphs keep beside the eager activations, bytes (megatron-core 0.16.1
-    transformer/cuda_graphs.py, Transformer Engine 2.12 pytorch/graph.py at 5671fd36, the version
-    megatron-core pins; read for this term).
-
+def cuda_graph_sample_bytes(scope: tuple[str, ...] | None, token_bytes: float, mask_bytes: float) -> float:
+    """Memory CUDA graphs keep beside the eager activations per captured layer x micro-batch sample, bytes
+    (megatron-core 0.16.1 transformer/cuda_graphs.py, Transformer Engine 2.12 pytorch/graph.py at 5671fd36,
+    the version megatron-core pins; read for this term).
     A graph is captured per layer and micro-batch, and a captured sample's static inputs are reused
     once its backward has run, so as many are alive as layer x micro-batch activations are stored
-    (`stored_layer_mbs`): with the whole layer graphed (empty scope) each keeps a static hidden-state
+    (`cuda_graph_buffers`): with the whole layer graphed (empty scope) each keeps a static hidden-state
     input (`token_bytes`: [tokens, h] BF16, h / TP under SP) besides the eager copy, and with the
     layer or its attention graphed a boolean attention-mask sample (`mask_bytes`: [MBS, seq/CP, seq]).
-    Grad-output buffers are shared per shape: about three hidden-state buffers. Not modelled: the
-    graphs' private pool being closed to eager allocations, and full-iteration graphs."""
-    if impl == "none":
-        return 0.0
+    Not modelled: the graphs' private pool being closed to eager allocations, and full-iteration graphs."""
     scope = scope or ()
     whole = not scope
-    per_sample = (token_bytes if whole else 0.0) + (mask_bytes if whole or "attn" in scope else 0.0)
-    return stored_layer_mbs * per_sample + CUDA_GRAPH_GRAD_BUFFERS * token_bytes
+    return (token_bytes if whole else 0.0) + (mask_bytes if whole or "attn" in scope else 0.0)
+
+
+def cuda_graph_buffers(stored_layer_mbs: Any, sample_bytes: Any, token_bytes: Any) -> Any:
+    """Bytes CUDA graphs keep with `stored_layer_mbs` layer x micro-batch samples alive, each of
+    `cuda_graph_sample_bytes`; grad-output buffers are shared per shape: about three hidden-state buffers
+    (TE 2.12 graph.py). Numbers or numpy arrays (a batch of layouts, `estimate.py`)."""
+    return stored_layer_mbs * sample_bytes + CUDA_GRAPH_GRAD_BUFFERS * token_bytes

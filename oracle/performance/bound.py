@@ -20,9 +20,11 @@ It takes simulate's own steps on the fastest version of each piece, and no step 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import product
+from typing import NamedTuple
 
 from ..layout import layout_facts
 from ..model_shape import model_shape
@@ -38,12 +40,13 @@ from .pipeline import (
     chunks,
     layer_context,
     optimizer_ms,
+    p2p_times,
     pipeline_ends,
     rank_chunks,
     rank_params,
     stage_times,
 )
-from .schedule import SPLIT_BACKWARD, W, rank_orders, virtual_stages
+from .schedule import SPLIT_BACKWARD, W, rank_end_times_batch, rank_orders, timeline_inputs, virtual_stages
 from .work import Work
 
 ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
@@ -68,9 +71,51 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
                     *, any_knobs: bool = True, variants: KnobVariants = EVERY_VARIANT) -> float:
     """A lower bound on `simulate(model, c, cluster, consts).iteration_ms` for every legal `c` that differs
     from `cfg` only in recompute or, with `any_knobs`, in any feature knob (also FP8, MoE backend,
-    dispatcher, communication overlaps and DP sharding) within `variants`."""
+    dispatcher, communication overlaps and DP sharding) within `variants`: a batch of one
+    (`iteration_bounds`)."""
+    return iteration_bounds(model, (cfg,), cluster, consts, any_knobs=any_knobs, variants=variants)[0]
+
+
+class _Parts(NamedTuple):
+    """What the bound of one layout needs besides its pipeline ends."""
+
+    pl: Pipeline
+    ctx: Ctx
+    cfg: EffectiveConfig
+    f: tuple[float, ...]
+    b: tuple[float, ...]
+    w: tuple[float, ...]
+    weights: tuple[tuple[float, float], ...]
+
+
+def iteration_bounds(model: ModelArch, cfgs: Sequence[EffectiveConfig], cluster: ClusterSpec,
+                     consts: Constants | None = None, *, any_knobs: bool = True,
+                     variants: KnobVariants = EVERY_VARIANT) -> list[float]:
+    """`iteration_bound` of each layout in `cfgs`; the pipeline timelines of the layouts that share one
+    (schedule, PP, VPP, micro-batches) run together, over arrays (`schedule.rank_end_times_batch`)."""
     world = cluster.world_size
-    facts = layout_facts(model, cfg, world)
+    parts = [_parts(model, cfg, cluster, consts, any_knobs, variants) for cfg in cfgs]
+    ends: list[tuple[float, ...]] = [()] * len(parts)
+    timelines: dict[tuple[str, int, int, int], list[int]] = {}
+    for i, x in enumerate(parts):
+        if x.pl.p == 1:
+            ends[i] = pipeline_ends(x.ctx, x.cfg, world, x.pl, x.pl.m, x.f, x.b, x.w)
+        else:  # beyond 3p micro-batches, the ends of 3p are extrapolated (module doc)
+            timelines.setdefault((x.pl.schedule, x.pl.p, x.pl.v, min(x.pl.m, 3 * x.pl.p)), []).append(i)
+    for (schedule, p, v, m), rows in timelines.items():
+        inputs = [timeline_inputs(schedule, parts[i].f, parts[i].b, parts[i].w,
+                                  p2p_times(parts[i].ctx, parts[i].cfg, world, parts[i].pl)) for i in rows]
+        for i, e in zip(rows, rank_end_times_batch(schedule, p, v, m, inputs)):
+            x = parts[i]
+            ends[i] = e if x.pl.m <= 3 * p else extrapolation_bound(schedule, p, v, x.pl.m, e, x.f, x.b, x.w)
+    return [(1 - ROUNDING) * max(end + optimizer_ms(x.ctx, dense, expert, x.pl, sharded=True)
+                                 for end, (dense, expert) in zip(e, x.weights)) for x, e in zip(parts, ends)]
+
+
+def _parts(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None, any_knobs: bool,
+           variants: KnobVariants) -> _Parts:
+    """The fastest blocks' stage times and each rank's weights of one layout (module doc)."""
+    facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
     if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
         cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "use_megatron_fsdp": False})
@@ -78,10 +123,7 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     parts = _fastest_blocks(ctx, pl.p > 1, variants) if any_knobs else blocks(ctx, pl.p > 1)
     stages = chunks(model, facts, recompute=False)  # recompute only adds work: the bound leaves it out
     f, b, w = stage_times(stages, parts, ())
-    ends = _ends_bound(ctx, cfg, world, pl, f, b, w)
-    weights = rank_params(stages, block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V))
-    return (1 - ROUNDING) * max(end + optimizer_ms(ctx, dense, expert, pl, sharded=True)
-                                for end, (dense, expert) in zip(ends, weights))
+    return _Parts(pl, ctx, cfg, f, b, w, rank_params(stages, block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V)))
 
 
 @lru_cache(maxsize=4096)
@@ -102,15 +144,6 @@ def _fastest(versions: tuple[Block, ...]) -> Block:
     no split by component (the bound is never broken down)."""
     return Block(Work(), min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions),
                   Work().rec, versions[0].params)
-
-
-def _ends_bound(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline, f: tuple[float, ...],
-                b: tuple[float, ...], w: tuple[float, ...]) -> tuple[float, ...]:
-    """Per rank, a lower bound on simulate's pipeline end that only grows with f, b and w."""
-    p, m = pl.p, pl.m
-    if p == 1 or m <= 3 * p:
-        return pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
-    return extrapolation_bound(pl.schedule, p, pl.v, m, pipeline_ends(ctx, cfg, world, pl, 3 * p, f, b, w), f, b, w)
 
 
 def extrapolation_bound(schedule: str, p: int, v: int, m: int, hi: tuple[float, ...], f: tuple[float, ...],

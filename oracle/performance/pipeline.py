@@ -201,13 +201,13 @@ def pipeline_ends(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline, m: i
     back-to-back work without PP."""
     if pl.p == 1:
         return (m * (sum(f) + sum(b) + sum(w)),)
-    return rank_end_times(pl.schedule, pl.p, pl.v, m, f, b, w, _p2p(ctx, cfg, world, pl.schedule, pl.V))
+    return rank_end_times(pl.schedule, pl.p, pl.v, m, f, b, w, p2p_times(ctx, cfg, world, pl))
 
 
-def _p2p(ctx: Ctx, cfg: EffectiveConfig, world: int, schedule: str, V: int) -> tuple[float, ...]:
+def p2p_times(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline) -> tuple[float, ...]:
     """Send/recv time across each virtual-stage boundary (activations, sharded over TP)."""
     return _p2p_times(ctx.net, ctx.tokens * ctx.shape.h * E_BYTES / cfg.tp, world // cfg.pp, ctx.gpus_per_node,
-                      schedule, cfg.pp, V)
+                      pl.schedule, cfg.pp, pl.V)
 
 
 @lru_cache(maxsize=4096)

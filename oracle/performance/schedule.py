@@ -15,12 +15,17 @@ state adds the same time per group of p micro-batches).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Any
+
+import numpy as np
 
 from ..cancel import checkpoint
 
 F, B, W = 0, 1, 2
 SPLIT_BACKWARD = ("zb", "zbv")  # schedules that run W as its own op
+ARRAY_ROWS = 16  # layouts from which a shared timeline runs over arrays (measured: benchmarks/array_oracle.py)
 
 
 def _one_f_one_b(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
@@ -166,20 +171,51 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ..
     return tuple(ranks), tuple(durs), tuple(deps), tuple(edges)
 
 
-def _run(schedule: str, p: int, v: int, m: int, durations: tuple[float, ...], edges: tuple[float, ...]) -> list[float]:
+def _run(schedule: str, p: int, v: int, m: int, durations: Any, edges: Any,
+         maximum: Callable[[Any, Any], Any] | None = None) -> list:
+    """Each rank's finish time: an op starts when its rank is free and its dependency has arrived.
+
+    Written once for plain numbers (`maximum` None: the comparison inline, the hot loop of a search) and
+    for a batch of layouts sharing the program (`durations`, `edges` rows of numpy arrays, one element
+    per layout; `maximum` = np.maximum)."""
     ranks, dur_idx, deps, edge_idx = _program(schedule, p, v, m)
-    fin = [0.0] * len(ranks)
-    free = [0.0] * p
+    fin: list = [0.0] * len(ranks)
+    free: list = [0.0] * p
     for i, (r, d, dep, e) in enumerate(zip(ranks, dur_idx, deps, edge_idx)):
         t = free[r]
         if dep >= 0:
             arrive = fin[dep] + edges[e]
-            if arrive > t:
+            if maximum is not None:
+                t = maximum(t, arrive)
+            elif arrive > t:
                 t = arrive
-        t += durations[d]
+        t = t + durations[d]
         fin[i] = t
         free[r] = t
     return free
+
+
+def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w: tuple[float, ...],
+                    p2p: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(durations by duration index, p2p time by edge index) of a layout's ops (`_program`): schedules
+    without a separate W run it inside B."""
+    if schedule not in SPLIT_BACKWARD and any(w):
+        b, w = tuple(x + y for x, y in zip(b, w)), (0.0,) * len(w)
+    return f + b + w, p2p + (0.0,)
+
+
+def rank_end_times_batch(schedule: str, p: int, v: int, m: int,
+                         inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]]) -> list[tuple[float, ...]]:
+    """`rank_end_times` of many layouts with one program (m <= 3p micro-batches; `inputs`: each one's
+    `timeline_inputs`), run once over arrays; fewer than ARRAY_ROWS layouts run one by one on plain
+    numbers (numpy's cost per operation exceeds the arithmetic on a few)."""
+    if len(inputs) < ARRAY_ROWS:
+        return [tuple(_run(schedule, p, v, m, *x)) for x in inputs]
+    durations = np.array([d for d, _ in inputs]).T
+    edges = np.array([e for _, e in inputs]).T
+    free = _run(schedule, p, v, m, durations, edges, np.maximum)
+    ends = np.stack([np.broadcast_to(x, (len(inputs),)) for x in free], axis=1)
+    return [tuple(row) for row in ends.tolist()]
 
 
 @lru_cache(maxsize=8192)
@@ -189,10 +225,7 @@ def rank_end_times(schedule: str, p: int, v: int, m: int, f: tuple[float, ...], 
 
     f, b, w: per virtual stage durations (for schedules without a separate W, pass W folded into b
     and zeros in w); p2p: transfer time across each of the V-1 stage boundaries."""
-    if schedule not in SPLIT_BACKWARD and any(w):
-        b, w = tuple(x + y for x, y in zip(b, w)), (0.0,) * len(w)
-    durations = f + b + w
-    edges = p2p + (0.0,)
+    durations, edges = timeline_inputs(schedule, f, b, w, p2p)
     if m <= 3 * p:
         return tuple(_run(schedule, p, v, m, durations, edges))
     lo = _run(schedule, p, v, 2 * p, durations, edges)

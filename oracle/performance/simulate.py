@@ -49,6 +49,21 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
 
     `compute_scale` ((dense fwd, dense bwd), (MoE fwd, MoE bwd)) multiplies the compute of each
     transformer-layer kind (benchmark mode: measured / analytic); communication stays as projected."""
+    (iteration, mine, dp_exposed, opt, bubble), stages, parts, modules, m = _slowest_rank(
+        model, cfg, cluster, consts, compute_scale)
+    breakdown = _breakdown([stages[i] for i in mine], parts, modules, m, dp_exposed, opt, bubble)
+    return _estimate(model, cfg, cluster, iteration, breakdown)
+
+
+def simulated_tokens_per_s_per_gpu(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> float:
+    """`simulate(...).tokens_per_s_per_gpu` without the breakdown (the search ranks by this alone)."""
+    return tokens_per_s_per_gpu(cfg, cluster.world_size, _slowest_rank(model, cfg, cluster, None, None)[0][0])
+
+
+def _slowest_rank(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None,
+                  compute_scale: tuple[tuple[float, float], tuple[float, float]] | None) -> tuple:
+    """((iteration ms, the slowest rank's stages, its exposed DP ms, optimizer ms, bubble ms), the stages,
+    the blocks, the recompute modules, micro-batches) of a layout."""
     world = cluster.world_size
     facts = layout_facts(model, cfg, world)
     pl = Pipeline.of(facts, cfg)
@@ -72,9 +87,7 @@ def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, const
         if best is None or total > best[0]:
             best = (total, mine, dp_exposed, opt, ends[r] - m * (fwd + bwd))
     assert best is not None  # every layout has a first pipeline rank
-    iteration, mine, dp_exposed, opt, bubble = best
-    breakdown = _breakdown([stages[i] for i in mine], parts, modules, m, dp_exposed, opt, bubble)
-    return _estimate(model, cfg, cluster, iteration, breakdown)
+    return best, stages, parts, modules, m
 
 
 def _breakdown(chunks: list[Chunk], blocks: tuple[Block, ...], modules: tuple[int, ...], m: int, dp_exposed: float,
