@@ -35,7 +35,7 @@ from paratune.oracle.constraints import (
 from paratune.oracle.evaluate import layout_violations
 from paratune.oracle.identity_cache import by_identity
 from paratune.oracle.layout import microbatch_count, replicas
-from paratune.oracle.legality import validate
+from paratune.oracle.legality import LegalAxes, validate
 from paratune.oracle.performance.bound import KnobVariants
 from paratune.oracle.performance.ep_bandwidth import backend_of
 from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits, split_outcome
@@ -218,7 +218,7 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
     axes = search_axes(workload, cluster)
     m = menu(workload, cluster)
     layers, mtp = model.num_layers, model.mtp_num_layers
-    named_etp = axes.etp if cluster.search.names("etp") else None  # ETP = TP or 1, unless the user lists ETPs
+    named_etp = cluster.search.names("etp")
     for tp in axes.tp:
         for pp in axes.pp:
             splits = {v: _splits(layers, mtp, pp, v, cluster.search.fix) for v in axes.vpp if v == 1 or pp > 1}
@@ -228,7 +228,7 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
                 if not dp:
                     continue
                 for ep in axes.ep:
-                    for etp in (named_etp or sorted({tp, 1} & set(axes.etp))) if model.is_moe else [tp]:
+                    for etp in _etps(model, tp, axes, named_etp):
                         if not replicas(world, etp * ep * pp):
                             continue
                         for mbs in axes.mbs:
@@ -243,6 +243,13 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
                                     if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout)
                                             and knob_count(*layout_knobs(workload, layout, m))):
                                         yield layout
+
+
+def _etps(model: ModelArch, tp: int, axes: LegalAxes, named: bool) -> list[int]:
+    """The ETPs tried with one TP: TP or 1 (dense: TP), or every allowed one when the user names ETP."""
+    if not model.is_moe:
+        return [tp]
+    return list(axes.etp) if named else sorted({tp, 1} & set(axes.etp))
 
 
 def _splits(layers: int, mtp: int, pp: int, vpp: int, fix: dict) -> tuple[PipelineSplit, ...]:
