@@ -192,8 +192,10 @@ def test_off_spellings_pins_on_unsearched_knobs_and_stale_primus_settings_keep_t
     # Megatron's own "none" for CUDA graphs is the baseline, not a different (graphed) layout
     assert w.effective(TrialConfig(cuda_graph_impl="none")).key == w.effective().key
     assert evaluate_memory_only(w, c, TrialConfig(cuda_graph_impl="none")).legal
+    # the slice's own layout knobs pinned too: the same points (`_points`), without checking the whole space's
     pins = SearchConstraints(fix={"cross_entropy_loss_fusion": False, "recompute_method": "block",
-                                  "recompute_num_layers": 1, "cuda_graph_impl": "none"})
+                                  "recompute_num_layers": 1, "cuda_graph_impl": "none",
+                                  "tp": 1, "pp": 4, "cp": 1, "mbs": 1})
     pinned_c = c.model_copy(update={"search": pins})
     pinned_w = pinned(w, pinned_c)
     points = _points(pinned_w, pinned_c)
