@@ -138,7 +138,21 @@ def write_plot(path: Path, trials: list[TrialRecord], title: str, *, baseline: f
         if t.id == winner_id and t.tokens_per_s_per_gpu:
             ax.scatter([i], [t.tokens_per_s_per_gpu], marker="*", s=180, color="gold", edgecolor="black", zorder=5,
                        label=f"winner (trial {t.id})")
-    phases = [phase_of(t.origin) for t in scored]
+    _draw_phases(ax, strip, [phase_of(t.origin) for t in scored])
+    _draw_rejected(strip, list(zip(xs, scored)))
+    strip.set_yticks([])
+    strip.set_ylabel("rejected", fontsize=8)
+    if strip.get_legend_handles_labels()[0]:
+        strip.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    strip.set_xlabel("trial, in the order scored (memory-only checks not drawn)")
+    ax.set_ylabel("projected tokens/s/GPU")
+    ax.set_title(title, pad=16)
+    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
+    savefig(path, fig)
+
+
+def _draw_phases(ax, strip, phases: list[str]) -> None:
+    """A divider between the search phases on both panels, and each phase's name above its span."""
     for i in range(1, len(phases)):
         if phases[i] != phases[i - 1]:
             for a in (ax, strip):
@@ -149,18 +163,13 @@ def write_plot(path: Path, trials: list[TrialRecord], title: str, *, baseline: f
             ax.text((start + i + 1) / 2, 1.01, phases[start], transform=ax.get_xaxis_transform(), ha="center",
                     va="bottom", fontsize=8)
             start = i
+
+
+def _draw_rejected(strip, numbered: list[tuple[int, TrialRecord]]) -> None:
+    """The rejected trials on the strip, by reason (illegal, does not fit), with their counts."""
     for marker, color, label, which in (("x", "tab:red", "illegal", lambda t: not t.legal),
                                         ("v", "tab:orange", "does not fit (OOM)",
                                          lambda t: t.legal and t.fits is False)):
-        hits = [i for i, t in zip(xs, scored) if which(t)]
+        hits = [i for i, t in numbered if which(t)]
         if hits:
             strip.scatter(hits, [0] * len(hits), marker=marker, color=color, label=f"{label}: {len(hits)}")
-    strip.set_yticks([])
-    strip.set_ylabel("rejected", fontsize=8)
-    if strip.get_legend_handles_labels()[0]:
-        strip.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    strip.set_xlabel("trial, in the order scored (memory-only checks not drawn)")
-    ax.set_ylabel("projected tokens/s/GPU")
-    ax.set_title(title, pad=16)
-    ax.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
-    savefig(path, fig)

@@ -1,13 +1,14 @@
 """The search space: every legal layout of a workload on a cluster, enumerated axis by axis.
 
-Axes: TP, PP, CP, EP, ETP (= TP or 1), VPP with the pipeline split (`oracle.pipeline_split.
+Axes: TP, PP, CP, EP, ETP (= TP or 1, unless the user names ETP), VPP with the pipeline split (`oracle.pipeline_split.
 candidate_splits`: the even split where Megatron accepts it, else embedding/loss accounting, balanced
 first/last counts and a balanced layout string), MBS, pipeline schedule, recompute (none/selective/
 full), FP8 (off or the hybrid recipe; E4M3-only projects the same GEMM speed, so it is not a separate
 point), the MoE dispatcher (allgather, NCCL all-to-all, and DeepEP: Megatron's flex dispatcher on
-NVIDIA, Primus-Turbo's on ROCm; HybridEP is costed as DeepEP, so it is not a separate point), EP
-all-to-all overlap, TP communication overlap, and DP sharding (distributed optimizer, or FSDP2 where
-Megatron allows it: PP = EP = 1). GBS stays the workload's: it is the training recipe, not a layout.
+NVIDIA, Primus-Turbo's on ROCm; and Megatron's HybridEP on NVIDIA), EP all-to-all overlap, TP
+communication overlap, and DP sharding (distributed optimizer, or FSDP2 where Megatron allows it:
+PP = EP = 1; plain DDP only where the user's pins refuse the distributed optimizer). GBS stays the
+workload's: it is the training recipe, not a layout.
 Every axis holds only the values the rules allow (`oracle.constraints`: the cluster's stack, the
 workload's precision, the user's pins), so a knob the stack lacks never appears. Sync-free MoE stages
 are not searched: their effect is not modelled (`oracle.stacks`).
@@ -34,12 +35,12 @@ from paratune.oracle.constraints import (
 from paratune.oracle.evaluate import layout_violations
 from paratune.oracle.identity_cache import by_identity
 from paratune.oracle.layout import microbatch_count, replicas
-from paratune.oracle.legality import validate
+from paratune.oracle.legality import LegalAxes, validate
 from paratune.oracle.performance.bound import KnobVariants
 from paratune.oracle.performance.ep_bandwidth import backend_of
-from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits
+from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits, split_outcome
 from paratune.oracle.specs import ClusterSpec, ModelArch, TrialConfig, Workload
-from paratune.oracle.specs.config import sequence_parallel_in_effect
+from paratune.oracle.specs.config import SPLIT_KNOBS, sequence_parallel_in_effect
 
 # MoE dispatch options, as the knobs that choose them.
 ALLGATHER = {"moe_token_dispatcher_type": "allgather", "use_turbo_deepep": False}
@@ -67,7 +68,7 @@ class Menu:
     full_recompute: dict  # the user's pinned recompute_method / recompute_num_layers for full recompute
     fp8s: tuple[str, ...]
     dispatchers: tuple[dict, ...]  # MoE dispatch options (EP > 1)
-    plain_moe: dict  # the MoE knobs of a point without EP: dispatcher settings off
+    plain_moe: dict  # the MoE knobs of a point without EP: dispatcher settings off, each as far as the rules allow
     ep_overlaps: tuple[bool, ...]
     tp_overlaps: tuple[bool, ...]
     sharding: tuple[tuple[bool, bool], ...]  # (torch FSDP2, distributed optimizer)
@@ -75,7 +76,7 @@ class Menu:
     rules: tuple[Rule, ...]
     delayed_fp8: bool  # FP8 delayed scaling: no moe_act / layernorm recompute (legality `recompute_fp8_delayed`)
     rocm: bool  # Primus's ROCm TP overlap does not run under FP8 (legality `tp_overlap_fp8_rocm`)
-    graphs: bool  # CUDA graphs on: full recompute is out (legality `cuda_graph_recompute`)
+    graphs: bool  # CUDA graphs that rule full recompute out (legality `cuda_graph_recompute`)
     check: Callable[[TrialConfig], bool] | None  # with pins on other knobs, each point is also validated
 
 
@@ -125,13 +126,19 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
         grouped = {"moe_grouped_gemm": _first_allowed(rules, "moe_grouped_gemm", [True, False])}
         options = tuple({**d, **grouped} for d in options)
         off_moe |= {**ALLTOALL, **grouped}
-    sharding = tuple(x for x in ((False, True), (True, False))
+    # plain DDP only where the rules refuse the distributed optimizer (which has its traffic and less memory)
+    ddp = () if allowed(rules, "use_distributed_optimizer", [True]) else ((False, False),)
+    sharding = tuple(x for x in ((False, True), (True, False), *ddp)
                      if allowed(rules, "use_torch_fsdp2", [x[0]])
                      and allowed(rules, "use_distributed_optimizer", [x[1]]))
     fp8s = [f for f in axes.fp8 if f != "e4m3" or "hybrid" not in axes.fp8]  # E4M3 projects as hybrid does
-    graphs = workload.training.cuda_graph_impl != "none"
+    t = workload.training  # CUDA graphs exclude full recompute, but for a local full-iteration graph
+    graphs = t.cuda_graph_impl != "none" and not (t.cuda_graph_impl == "local"
+                                                  and "full_iteration" in (t.cuda_graph_scope or ()))
     modules = fix.get("recompute_modules")
-    sets = (tuple(modules),) if modules else selective_sets(workload.model)
+    listed = cluster.search.allow.get("recompute_modules")  # the user's sets, else the recipes' (`selective_sets`)
+    sets = (tuple(modules),) if modules else tuple(map(tuple, listed)) if listed else selective_sets(workload.model)
+    sets = tuple(x for x in sets if allowed(rules, "recompute_modules", [x]))
     recomputes: list[Recompute] = []
     for r in allowed(rules, "recompute_granularity", ["none", "selective", "full"]):
         if not (graphs and r == "full"):
@@ -139,9 +146,12 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
     return Menu(recomputes=tuple(recomputes),
                 full_recompute={k: fix[k] for k in ("recompute_method", "recompute_num_layers") if k in fix},
                 fp8s=tuple(fp8s), dispatchers=tuple(d for d in options if ok(d)),
-                plain_moe=off_moe if ok(off_moe) else {},
-                ep_overlaps=tuple(axes.overlap_moe_expert_parallel_comm), tp_overlaps=tuple(axes.tp_comm_overlap),
-                sharding=sharding or ((False, False),),
+                plain_moe={k: v for k, v in off_moe.items() if ok({k: v})},  # a refused one: the (pinned) workload's
+                # EP overlap runs with at most one MTP layer (legality `ep_overlap_mtp`)
+                ep_overlaps=tuple(o for o in axes.overlap_moe_expert_parallel_comm
+                                  if not (o and workload.model.mtp_num_layers > 1)),
+                tp_overlaps=tuple(axes.tp_comm_overlap),
+                sharding=sharding,
                 fixed={"cross_entropy_loss_fusion": _first_allowed(rules, "cross_entropy_loss_fusion", [True, False]),
                        "overlap_grad_reduce": _first_allowed(rules, "overlap_grad_reduce", [True, False])},
                 rules=rules, delayed_fp8=workload.training.fp8_recipe == "delayed",
@@ -151,8 +161,8 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
 
 # Knobs whose pins and limits the space applies itself (each is an axis filtered by the rules, and its
 # cross-rules are built in): a constraint on any other knob turns the per-point check on.
+# The user's recompute module sets are not native: a set can break a model rule (moe_act, mla_up_proj).
 NATIVE_CONSTRAINTS = frozenset({"tp", "pp", "cp", "ep", "etp", "vpp", "mbs", "pp_schedule", "recompute_granularity",
-                                "recompute_modules",
                                 "fp8", "tp_comm_overlap", "overlap_moe_expert_parallel_comm", "use_torch_fsdp2"})
 
 
@@ -208,16 +218,17 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
     axes = search_axes(workload, cluster)
     m = menu(workload, cluster)
     layers, mtp = model.num_layers, model.mtp_num_layers
+    named_etp = cluster.search.names("etp")
     for tp in axes.tp:
         for pp in axes.pp:
-            splits = {v: candidate_splits(layers, mtp, pp, v) for v in axes.vpp if v == 1 or pp > 1}
+            splits = {v: _splits(layers, mtp, pp, v, cluster.search.fix) for v in axes.vpp if v == 1 or pp > 1}
             vpps = [v for v, options in splits.items() if options]
             for cp in axes.cp:
                 dp = replicas(world, tp * pp * cp)
                 if not dp:
                     continue
                 for ep in axes.ep:
-                    for etp in sorted({tp, 1} & set(axes.etp)) if model.is_moe else [tp]:
+                    for etp in _etps(model, tp, axes, named_etp):
                         if not replicas(world, etp * ep * pp):
                             continue
                         for mbs in axes.mbs:
@@ -232,6 +243,25 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
                                     if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout)
                                             and knob_count(*layout_knobs(workload, layout, m))):
                                         yield layout
+
+
+def _etps(model: ModelArch, tp: int, axes: LegalAxes, named: bool) -> list[int]:
+    """The ETPs tried with one TP: TP or 1 (dense: TP), or every allowed one when the user names ETP."""
+    if not model.is_moe:
+        return [tp]
+    return list(axes.etp) if named else sorted({tp, 1} & set(axes.etp))
+
+
+def _splits(layers: int, mtp: int, pp: int, vpp: int, fix: dict) -> tuple[PipelineSplit, ...]:
+    """The splits tried for one PP x VPP: the pinned split where the user pins a split knob (the others at
+    Megatron's defaults, as `oracle.constraints.pinned` writes them), else `candidate_splits`."""
+    if set(fix).isdisjoint(SPLIT_KNOBS):
+        return candidate_splits(layers, mtp, pp, vpp)
+    layout = fix.get("pp_layout")
+    split = PipelineSplit(None if layout in (None, "none") else layout, fix.get("pp_first_layers"),
+                          fix.get("pp_last_layers"), bool(fix.get("pp_embedding_in_split")),
+                          bool(fix.get("pp_loss_in_split")))
+    return (split,) if split_outcome(layers, mtp, pp, vpp if vpp > 1 else None, split)[1] is None else ()
 
 
 def split_knobs(split: PipelineSplit) -> dict:

@@ -89,6 +89,15 @@ def printed_layouts(session: Session) -> Callable[[object], object]:
     return knobs
 
 
+def _run_pick(session: Session) -> TrialConfig:
+    """The knobs of the active run's pick, as export_best picks (a ToolError when nothing fits yet)."""
+    a = session.active
+    best, _ = final_pick(session.ledger, a.run.id, a.workload, a.cluster)
+    if best is None:
+        raise ToolError("the run has no legal trial that fits yet: pass to_config")
+    return best.knobs
+
+
 def tools(session: Session) -> list[Callable]:
     """The evaluation tools bound to `session`."""
     knobs = BeforeValidator(printed_layouts(session))
@@ -158,13 +167,7 @@ def tools(session: Session) -> list[Callable]:
         winner = None if to_config is None else session.bounded(to_config, "to_config")
 
         def explanation() -> Explanation:
-            chosen = winner
-            if chosen is None:
-                best, _ = final_pick(session.ledger, a.run.id, a.workload, a.cluster)
-                if best is None:
-                    raise ToolError("the run has no legal trial that fits yet: pass to_config")
-                chosen = best.knobs
-            return explain_path(a.workload, a.cluster, baseline, chosen)
+            return explain_path(a.workload, a.cluster, baseline, _run_pick(session) if winner is None else winner)
 
         return await off_loop(explanation, what="explain", deadline_s=EXPLAIN_S)
 

@@ -10,16 +10,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import shlex
+from functools import cache
 
 import yaml
-from megatron.core.distributed.distributed_data_parallel_config import (
-    DistributedDataParallelConfig,
-)
-from megatron.core.optimizer.optimizer_config import OptimizerConfig
-from megatron.core.transformer.transformer_config import (
-    MLATransformerConfig,
-    TransformerConfig,
-)
 
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.specs import TrialConfig
@@ -31,9 +24,18 @@ from paratune.planner.launch.primus import overrides
 
 from .conftest import EXAMPLES, example
 
-CORE_FIELDS = {f.name
-               for cls in (TransformerConfig, MLATransformerConfig, OptimizerConfig, DistributedDataParallelConfig)
-               for f in dataclasses.fields(cls)}
+
+@cache
+def core_fields() -> frozenset[str]:
+    """The fields of megatron-core's config classes (imported on first use: megatron-core loads torch)."""
+    from megatron.core.distributed.distributed_data_parallel_config import DistributedDataParallelConfig
+    from megatron.core.optimizer.optimizer_config import OptimizerConfig
+    from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig
+
+    return frozenset(f.name for cls in (TransformerConfig, MLATransformerConfig, OptimizerConfig,
+                                        DistributedDataParallelConfig) for f in dataclasses.fields(cls))
+
+
 # Flags Megatron-LM's arguments.py (core_v0.16.1) adds by hand, not from a config field.
 MLM_HAND_FLAGS = {
     "--num-virtual-stages-per-pipeline-rank": "_add_distributed_args",
@@ -83,7 +85,7 @@ PRIMUS_KEYS = {
 
 
 def _flag_ok(flag: str) -> bool:
-    return flag in MLM_HAND_FLAGS or flag[2:].replace("-", "_") in CORE_FIELDS
+    return flag in MLM_HAND_FLAGS or flag[2:].replace("-", "_") in core_fields()
 
 
 def _flags(text: str) -> list[str]:

@@ -15,7 +15,13 @@ from paratune.oracle.specs import EffectiveConfig
 from paratune.planner.sweep import sweep
 
 from .conftest import EXAMPLES
-from .megatron_reference import moe_refusal
+
+
+def moe_refusal(*args):
+    """`megatron_reference.moe_refusal`, imported on first use (it loads megatron-core and torch: seconds)."""
+    from .megatron_reference import moe_refusal as refusal
+
+    return refusal(*args)
 
 WORKLOAD = """extends: qwen3-30b-a3b
 seq_length: 4096

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import heapq
 
+import pytest
+
 from paratune.oracle.constraints import rule_violations, search_rules
 from paratune.oracle.evaluate import evaluate_config
 from paratune.oracle.legality import validate
@@ -76,10 +78,17 @@ def _ranking(result):
     return [(r.tokens_per_s_per_gpu, r.config_key) for r in result.top]
 
 
-def test_sweep_finds_the_brute_force_optimum():
+@pytest.fixture(scope="module")
+def llama8b_sweep():
+    """One serial top-5 sweep of the Llama 3 8B example, shared by the tests that only read it."""
+    w, c = example("llama8b")
+    return sweep(w, c, top_k=5, jobs=1)
+
+
+def test_sweep_finds_the_brute_force_optimum(llama8b_sweep):
     """On a small space the sweep's top-k equals scoring every enumerated point, and its counts add up."""
     w, c = example("llama8b")
-    result = sweep(w, c, top_k=5, jobs=1)
+    result = llama8b_sweep
     points = list(enumerate_space(w, c))
     brute, fitting = _brute_force_top(w, c, points, 5)
     assert _ranking(result) == brute
@@ -102,19 +111,19 @@ def test_sweep_prunes_yet_matches_brute_force_on_a_mixtral_slice(monkeypatch):
     assert result.pruned > result.space_size / 2
 
 
-def test_parallel_sweep_matches_serial():
+def test_parallel_sweep_matches_serial(llama8b_sweep):
     w, c = example("llama8b")
-    a = sweep(w, c, top_k=3, jobs=1)
-    b = sweep(w, c, top_k=3, jobs=2)
+    a = llama8b_sweep
+    b = sweep(w, c, top_k=5, jobs=2)
     assert _ranking(a) == _ranking(b)
     assert a.space_size == b.space_size  # what each worker prunes depends on what it has scored
 
 
-def test_seed_best_never_beats_sweep():
+def test_seed_best_never_beats_sweep(llama8b_sweep):
     w, c = example("llama8b")
     best_seed = max(r.tokens_per_s_per_gpu for r in (
         evaluate_config(w, c, w.effective(t), performance=True) for _, t in seed_plan(w, c, 200)) if r.fits)
-    assert best_seed <= sweep(w, c, top_k=1, jobs=1).top[0].tokens_per_s_per_gpu * (1 + 1e-9)
+    assert best_seed <= llama8b_sweep.top[0].tokens_per_s_per_gpu * (1 + 1e-9)
 
 
 def test_grid_helper_near():

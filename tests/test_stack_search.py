@@ -52,15 +52,16 @@ def _mixtral_on(cluster_file: str):
     return load_workload(MIXTRAL), load_cluster(EXAMPLES / "clusters" / cluster_file)
 
 
-def _slice(w, c):
+def _slice(w, c, tp=1):
     """A slice of the Mixtral space holding every schedule and dispatcher (TP 1, PP 4, CP 1, MBS 1)."""
-    return [x for x in enumerate_layouts(w, c) if x["tp"] == 1 and x["pp"] == 4 and x["cp"] == 1 and x["mbs"] == 1]
+    return [x for x in enumerate_layouts(w, c) if x["tp"] == tp and x["pp"] == 4 and x["cp"] == 1 and x["mbs"] == 1]
 
 
-def _points(w, c):
-    """Every point of the Mixtral slice (`_slice`)."""
+def _points(w, c, tp=1):
+    """Every point of the Mixtral slice (`_slice`): the space's points on those layouts (`enumerate_space`
+    yields `knob_points` of each layout), built without the rest of the space."""
     m = menu(w, c)
-    return [t for x in _slice(w, c) for t in knob_points(*layout_knobs(w, x, m))]
+    return [t for x in _slice(w, c, tp) for t in knob_points(*layout_knobs(w, x, m))]
 
 
 def test_an_h100_cluster_offers_no_rocm_only_knob(monkeypatch):
@@ -71,7 +72,7 @@ def test_an_h100_cluster_offers_no_rocm_only_knob(monkeypatch):
     assert set(axes.pp_schedule) == {"1f1b", "interleaved"} and "flex" in axes.moe_token_dispatcher_type
     assert not [t for _, t in seed_plan(w, c, budget=300) if _rocm_only(t)]
     layouts = _slice(w, c)
-    points = [t for t in enumerate_space(w, c) if t.tp == 1 and t.pp == 4 and t.cp == 1 and t.mbs == 1]
+    points = _points(w, c)
     assert points and not [t for t in points if _rocm_only(t)]
     assert any(t.moe_token_dispatcher_type == "flex" for t in points)  # NVIDIA's DeepEP path is searched
     monkeypatch.setattr(sweep_module, "enumerate_layouts", lambda *_: iter(layouts))
@@ -90,7 +91,7 @@ def test_an_mi355x_primus_cluster_offers_no_nvidia_only_knob(monkeypatch):
     seeds = [t for _, t in seed_plan(w, c, budget=300)]
     assert not [t for t in seeds if _nvidia_only(t)] and any(t.use_turbo_deepep for t in seeds)
     layouts = _slice(w, c)
-    points = [t for t in enumerate_space(w, c) if t.tp == 1 and t.pp == 4 and t.cp == 1 and t.mbs == 1]
+    points = _points(w, c)
     assert points and not [t for t in points if _nvidia_only(t)]
     monkeypatch.setattr(sweep_module, "enumerate_layouts", lambda *_: iter(layouts))
     cfg = sweep(w, c, top_k=1, jobs=1).top[0].config
@@ -108,7 +109,7 @@ def test_every_point_is_legal_with_fp8_allowed(cluster_file):
     TP overlap excludes FP8) and the dispatchers."""
     w, c = _mixtral_on(cluster_file)
     c = c.model_copy(update={"search": SearchConstraints(allow={"fp8": ("none", "hybrid")})})
-    points = [t for t in enumerate_space(w, c) if t.tp == 2 and t.pp == 4 and t.cp == 1 and t.mbs == 1]
+    points = _points(w, c, tp=2)
     assert len(points) > 100
     assert any(t.fp8 == "hybrid" and t.tp_comm_overlap for t in points) == (c.gpu.vendor == "nvidia")
     rules = search_rules(w, c)
@@ -191,8 +192,10 @@ def test_off_spellings_pins_on_unsearched_knobs_and_stale_primus_settings_keep_t
     # Megatron's own "none" for CUDA graphs is the baseline, not a different (graphed) layout
     assert w.effective(TrialConfig(cuda_graph_impl="none")).key == w.effective().key
     assert evaluate_memory_only(w, c, TrialConfig(cuda_graph_impl="none")).legal
+    # the slice's own layout knobs pinned too: the same points (`_points`), without checking the whole space's
     pins = SearchConstraints(fix={"cross_entropy_loss_fusion": False, "recompute_method": "block",
-                                  "recompute_num_layers": 1, "cuda_graph_impl": "none"})
+                                  "recompute_num_layers": 1, "cuda_graph_impl": "none",
+                                  "tp": 1, "pp": 4, "cp": 1, "mbs": 1})
     pinned_c = c.model_copy(update={"search": pins})
     pinned_w = pinned(w, pinned_c)
     points = _points(pinned_w, pinned_c)

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from paratune.oracle.inputs import load_workload
 
 from .conftest import EXAMPLES, example
@@ -26,8 +28,15 @@ def args(name: str, out: Path, *extra: str) -> list[str]:
             "--target-cluster", str(EXAMPLES / "clusters" / c), "--out-dir", str(out), *extra]
 
 
-def test_seed_only_writes_every_artifact(tmp_path):
-    proc = subprocess.run(args("mixtral", tmp_path, "--seed-only"), capture_output=True, text=True, timeout=300)
+@pytest.fixture(scope="module")
+def mixtral_seed_run(tmp_path_factory) -> tuple[subprocess.CompletedProcess, Path]:
+    """One `tune --seed-only` run of the Mixtral example, shared by the tests that only read its output."""
+    out = tmp_path_factory.mktemp("mixtral-seed")
+    return subprocess.run(args("mixtral", out, "--seed-only"), capture_output=True, text=True, timeout=300), out
+
+
+def test_seed_only_writes_every_artifact(mixtral_seed_run):
+    proc, tmp_path = mixtral_seed_run
     assert proc.returncode == 0, proc.stderr
     for name in ("ledger.sqlite", "trials.jsonl", "summary.json", "trials.png", "breakdown.png", "launch.sh",
                  "winner.primus.yaml"):
@@ -90,20 +99,19 @@ def test_the_megatron_lm_launch_reads_back_as_the_winners_workload(tmp_path):
     assert "accepted, not modelled" in proc.stderr and "max_position_embeddings" in proc.stderr
 
 
-def test_trial_overlays_rerun_to_the_same_config(tmp_path):
-    subprocess.run(args("mixtral", tmp_path, "--seed-only"), check=True, capture_output=True, timeout=300)
+def test_trial_overlays_rerun_to_the_same_config(mixtral_seed_run):
+    proc, tmp_path = mixtral_seed_run
+    assert proc.returncode == 0, proc.stderr
     records = {str(json.loads(x)["id"]): json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()}
     for path in sorted((tmp_path / "trials").glob("*.yaml"))[:8]:
         assert load_workload(path).effective().key == records[path.stem]["config_key"]
 
 
-def test_dry_run_checks_the_install_offline_within_20_s(tmp_path):
+def test_dry_run_checks_the_install_offline(tmp_path):
+    """Its time is a speed claim: `benchmarks/dry_run.py` prints the median."""
     env = {k: v for k, v in os.environ.items() if k not in ("LLM_MODEL", "OPENAI_API_KEY", "OPENAI_API_BASE")}
-    start = time.monotonic()
     proc = subprocess.run(args("mixtral", tmp_path, "--dry-run"), capture_output=True, text=True, timeout=300, env=env)
-    elapsed = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
-    assert elapsed <= 20, f"--dry-run took {elapsed:.1f} s"
     said = " ".join(proc.stderr.split())
     assert "LLM phase done: dry-run/scripted (--dry-run), react; plan: 6 candidate(s); 3 round(s) ok, 0 failed" in said
     summary = json.loads((tmp_path / "summary.json").read_text())
