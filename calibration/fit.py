@@ -182,7 +182,8 @@ HELD_NOTES = {  # per-family constant -> why no group fits it there
     "fp8_gemm_eff": "never read: the family's GPUs have no FP8 peak (fp8_tflops null)",
     "origami_eff": "never read: Origami serves AMD GPUs only",
     "attn_eff": "not in this family's group: kept at its starting value",
-    "tp_exposed": "not in this family's groups (four rows): kept at its starting value",
+    "tp_exposed": ("not in this family's groups (four rows): 1.0, the bound the Ampere, Hopper and Blackwell fits "
+                   "reach (no TP collective hidden without userbuffers)"),
     "launch_us": "not in this family's groups (four rows): kept at its starting value",
 }
 
