@@ -102,8 +102,8 @@ class InvestigationReport(BaseModel):
 
     @property
     def failed(self) -> bool:
-        """No call of the phase gave an answer that parsed, and at least one call was made."""
-        return self.llm_calls == 0 and self.failed_calls > 0
+        """No call of the phase gave an answer that parsed, and a call failed or the planner did."""
+        return self.llm_calls == 0 and (self.failed_calls > 0 or self.plan.error is not None)
 
     @property
     def first_change(self) -> str | None:
