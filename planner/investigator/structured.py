@@ -28,7 +28,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 Structured = Literal["schema", "json", "markers"]
 MIN_CANDIDATES, MAX_CANDIDATES = 3, 8
-TEXT_CHARS = 600  # longest free-text field a schema lets a model write (a small model otherwise rambles)
+TEXT_CHARS = 300  # longest free-text field a schema lets a model write (a small model otherwise rambles)
 CONFIG_ARGS = ("config", "from_config", "to_config")  # tool arguments that take a TrialConfig
 
 
