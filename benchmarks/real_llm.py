@@ -37,10 +37,6 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from paratune.oracle.inputs import load_cluster, load_workload
-from paratune.planner.investigator.phase_types import InvestigatorOptions
-from paratune.planner.tune_run import TuneOptions, tune
-
 ROOT = Path(__file__).resolve().parents[1]
 
 WORKLOAD = ROOT / "examples" / "workloads" / "llama3-8b-mi300x.yaml"
@@ -156,35 +152,41 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace, base: str, structured: str) -> None:
-    """The main job's tune with the LLM phase against `base`, then the figures."""
-    os.environ["OPENAI_API_BASE"] = base
-    os.environ["LLM_MODEL"] = args.llm_model
+    """The main job's `paratune tune` (the real CLI, as a user runs it) with the LLM phase against `base`,
+    then the figures from its summary.json and ledger."""
+    env = {**os.environ, "OPENAI_API_BASE": base, "LLM_MODEL": args.llm_model}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        options = TuneOptions(seed_budget=6, investigator=InvestigatorOptions(
-            rounds=args.rounds, calls_per_round=args.calls_per_round, call_timeout_s=args.timeout,
-            max_tokens=args.max_tokens, phase_timeout_s=args.phase_timeout, context_window=WINDOW,
-            structured=structured))
-        outcome = tune(load_workload(WORKLOAD), load_cluster(CLUSTER), out, options, workload_file=str(WORKLOAD),
-                       cluster_file=str(CLUSTER), note=lambda line: print(line, file=sys.stderr))
+        command = [str(Path(sys.executable).parent / "paratune"), "tune", "--workload", str(WORKLOAD),
+                   "--target-cluster", str(CLUSTER), "--out-dir", str(out), "--seed-budget", "6",
+                   "--rounds", str(args.rounds), "--calls-per-round", str(args.calls_per_round),
+                   "--llm-timeout", str(args.timeout), "--llm-max-tokens", str(args.max_tokens),
+                   "--phase-timeout", str(args.phase_timeout), "--llm-context-window", str(WINDOW),
+                   "--llm-structured", structured]
+        print("$ " + " ".join(command[1:]), file=sys.stderr)
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL)
+        summary = json.loads((out / "summary.json").read_text())
         with sqlite3.connect(out / "ledger.sqlite") as conn:
             calls = conn.execute("SELECT outcome, prompt_tokens, completion_tokens FROM llm_calls").fetchall()
-    report = outcome.investigation
+    wall = time.perf_counter() - start
+    report = summary.get("investigation") or {}
+    candidates = (report.get("plan") or {}).get("candidates") or []
+    distinct = {json.dumps(c["config"], sort_keys=True) for c in candidates}
+    trials = sum(c["status"] == "simulated" for c in candidates) + sum(
+        r["simulate_calls"] for r in report.get("rounds") or [])
     classes = Counter(c[0] for c in calls)
-    candidates = report.plan.candidates if report else []
-    distinct = {json.dumps(c.config, sort_keys=True) for c in candidates}
-    print(f"llm phase: {outcome.llm_phase}")
+    print(f"llm phase: {summary['llm_phase']}")
     print(f"calls by outcome: {json.dumps(dict(classes))}")
     for c in candidates:
-        print(f"  planner candidate {json.dumps(c.config)}: {c.status}"
-              + (f" {c.tokens_per_s_per_gpu:,.1f} tokens/s/GPU" if c.tokens_per_s_per_gpu else "")
-              + (f" ({'; '.join(c.reasons)[:160]})" if c.reasons else ""))
+        tps = c.get("tokens_per_s_per_gpu")
+        print(f"  planner candidate {json.dumps(c['config'])}: {c['status']}"
+              + (f" {tps:,.1f} tokens/s/GPU" if tps else "")
+              + (f" ({'; '.join(c['reasons'])[:160]})" if c.get("reasons") else ""))
     ok = classes.get("ok", 0)
-    print(f"llm_trials={report.llm_trials if report else 0} distinct_candidates={len(distinct)} calls_ok={ok} "
-          f"calls_failed={len(calls) - ok} prompt_tokens={sum(c[1] for c in calls)} "
-          f"completion_tokens={sum(c[2] for c in calls)} phase_s={outcome.timings_s.get('llm_s', 0.0):.1f} "
-          f"wall_s={time.perf_counter() - start:.1f}")
+    print(f"llm_trials={trials} distinct_candidates={len(distinct)} calls_ok={ok} calls_failed={len(calls) - ok} "
+          f"prompt_tokens={sum(c[1] for c in calls)} completion_tokens={sum(c[2] for c in calls)} "
+          f"phase_s={summary['timings_s'].get('llm_s', 0.0):.1f} wall_s={wall:.1f}")
 
 
 if __name__ == "__main__":

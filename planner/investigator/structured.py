@@ -28,7 +28,7 @@ from dspy.utils.exceptions import AdapterParseError
 
 Structured = Literal["schema", "json", "markers"]
 MIN_CANDIDATES, MAX_CANDIDATES = 3, 8
-TEXT_CHARS = 300  # longest free-text field a schema lets a model write (a small model otherwise rambles)
+TEXT_CHARS = 160  # longest free-text field a schema lets a model write (a small model otherwise rambles)
 CONFIG_ARGS = ("config", "from_config", "to_config")  # tool arguments that take a TrialConfig
 
 
@@ -103,15 +103,23 @@ def response_format(mode: Structured, schema: dict[str, Any]) -> dict[str, Any] 
     return None
 
 
-def _mark_unparsed(lm: Any, before: int) -> None:
-    """Mark the calls this adapter call made (history entries past `before`) as answers that did not parse."""
-    for entry in list(getattr(lm, "history", []))[before:]:
-        entry["parsed"] = False
+class _MarksUnparsed:
+    """An adapter mixin: a call whose answer does not parse has its history entries (those past the count
+    before the call) marked `parsed: False`, for the ledger's `unparsed` class (`usage.drain_usage`)."""
+
+    def __call__(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: Any, inputs: Any) -> Any:
+        before = len(getattr(lm, "history", []))
+        try:
+            return super().__call__(lm, lm_kwargs, signature, demos, inputs)  # type: ignore[misc]
+        except AdapterParseError:
+            for entry in list(getattr(lm, "history", []))[before:]:
+                entry["parsed"] = False
+            raise
 
 
-class TypedJSONAdapter(dspy.JSONAdapter):
+class TypedJSONAdapter(_MarksUnparsed, dspy.JSONAdapter):
     """dspy.JSONAdapter that sends the schema registered for a signature's output fields (else DSPy's own
-    schema of the signature) in `mode`, and marks a call whose answer does not parse."""
+    schema of the signature) in `mode`."""
 
     def __init__(self, mode: Structured, schemas: dict[frozenset[str], dict[str, Any]]):
         super().__init__(use_native_function_calling=False)
@@ -126,29 +134,12 @@ class TypedJSONAdapter(dspy.JSONAdapter):
             schema = _get_structured_outputs_response_format(signature, False).model_json_schema()
         lm_kwargs["response_format"] = response_format(self.mode, schema)
 
-    def __call__(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: Any, inputs: Any) -> Any:
-        before = len(getattr(lm, "history", []))
-        try:
-            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
-        except AdapterParseError:
-            _mark_unparsed(lm, before)
-            raise
 
-
-class MarkedChatAdapter(dspy.ChatAdapter):
-    """dspy.ChatAdapter (field markers, no JSON retry: one call, one ledger row) that marks a call whose
-    answer does not parse."""
+class MarkedChatAdapter(_MarksUnparsed, dspy.ChatAdapter):
+    """dspy.ChatAdapter (field markers) without its JSON retry: one call, one ledger row."""
 
     def __init__(self) -> None:
         super().__init__(use_json_adapter_fallback=False)
-
-    def __call__(self, lm: Any, lm_kwargs: dict[str, Any], signature: Any, demos: Any, inputs: Any) -> Any:
-        before = len(getattr(lm, "history", []))
-        try:
-            return super().__call__(lm, lm_kwargs, signature, demos, inputs)
-        except AdapterParseError:
-            _mark_unparsed(lm, before)
-            raise
 
 
 def adapter_for(mode: Structured, schemas: dict[frozenset[str], dict[str, Any]]) -> dspy.Adapter:
