@@ -35,7 +35,8 @@ def prompt_tokens(model: str, messages: list[dict[str, Any]] | None) -> tuple[in
 
 
 def model_info(model: str) -> dict[str, Any] | None:
-    """LiteLLM's bundled model info, or None for a model it does not know."""
+    """LiteLLM's bundled model info (its local table: no fetch), or None for a model it does not know."""
+    offline_litellm()
     try:
         import litellm
 

@@ -67,7 +67,14 @@ def plan(gate: ToolGate, inputs: dict[str, str], example: dict[str, Any]) -> Pla
     knobs = f"{inputs['knobs']}\none candidate, for its shape only: {json.dumps(example)}"
     prediction = Planner()(**{**inputs, "knobs": knobs})
     candidates = prediction.candidates if isinstance(prediction.candidates, list) else []
-    outcomes = [evaluate_candidate(gate, c) for c in candidates[:MAX_CANDIDATES]]
+    outcomes: list[CandidateOutcome] = []
+    seen: list[Any] = []
+    for c in candidates[:MAX_CANDIDATES]:  # a repeat is not evaluated twice (small models repeat themselves)
+        if c in seen:
+            outcomes.append(CandidateOutcome(config=c, status="skipped", reasons=["a repeat of an earlier candidate"]))
+            continue
+        seen.append(c)
+        outcomes.append(evaluate_candidate(gate, c))
     return PlanReport(hypothesis=prediction.hypothesis, candidates=outcomes)
 
 

@@ -32,18 +32,26 @@ TEXT_CHARS = 160  # longest free-text field a schema lets a model write (a small
 CONFIG_ARGS = ("config", "from_config", "to_config")  # tool arguments that take a TrialConfig
 
 
+LAYOUT_KNOBS = ("tp", "pp", "mbs")  # every candidate states these: a whole layout, not one knob of one
+
+
 def candidate_schema(legal_axes: dict[str, Any]) -> dict[str, Any]:
     """One planner candidate: an object of TrialConfig knobs, each an enum of its legal values (a knob with
-    one legal value is left out: nothing to choose), no other keys."""
+    one legal value is left out: nothing to choose), LAYOUT_KNOBS required, no other keys."""
     props = {k: {"enum": v} for k, v in legal_axes.items() if isinstance(v, list) and len(v) > 1}
-    return {"type": "object", "properties": props, "additionalProperties": False}
+    return {"type": "object", "properties": props, "required": [k for k in LAYOUT_KNOBS if k in props],
+            "additionalProperties": False}
 
 
 def example_candidate(legal_axes: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
-    """The shape of one candidate for the prompt: two knobs moved off the baseline to another legal value."""
-    moved = {k: next(x for x in v if x != baseline.get(k)) for k, v in legal_axes.items()
-             if isinstance(v, list) and len(v) > 1}
-    return dict(list(moved.items())[:2])
+    """The shape of one candidate for the prompt: the required knobs at the baseline's values, the first of
+    them moved to another legal value."""
+    required = candidate_schema(legal_axes)["required"]
+    example = {k: baseline.get(k, legal_axes[k][0]) for k in required}
+    if required:
+        first = required[0]
+        example[first] = next(v for v in legal_axes[first] if v != example[first])
+    return example
 
 
 def plan_schema(legal_axes: dict[str, Any]) -> dict[str, Any]:
