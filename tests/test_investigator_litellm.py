@@ -75,11 +75,14 @@ def loopback(script: list[dict[str, Any] | int | str]) -> Iterator[list[dict[str
                                  "message": {"role": "assistant", "content": chat_text(answer, body)}}],
                     "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
             raw = json.dumps(data).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up on this call and closed it
+                pass
 
         def log_message(self, *args: object) -> None:
             pass
