@@ -134,15 +134,16 @@ def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, cluster: ClusterSpec,
     except Exception as exc:  # the seeds and artifacts still stand; say why the phase did not
         return seeds, None, f"failed: {one_line(exc)}"
     timings["llm_s"] = time.perf_counter() - start - timings["seed_s"]
-    verdict = "failed" if report.llm_calls == 0 and report.failed_calls else "done"
+    verdict = "failed" if report.failed else "done"
     creds = f"; credentials: {llm.credentials}" if llm.credentials else ""
     return seeds, report, f"{verdict}: {llm.model} ({llm.source}{creds}), {report.agent_loop}; {report.headline}"
 
 
 @contextmanager
 def _sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block, SIGTERM raises KeyboardInterrupt like Ctrl-C (main thread only), so a killed
-    phase still closes its run and writes its artifacts."""
+    """Within the block, SIGTERM and SIGINT raise KeyboardInterrupt (main thread only), so a killed or
+    Ctrl-C'd phase still closes its run and writes its artifacts. SIGINT is set explicitly: a process
+    started in the background by a non-interactive shell inherits SIGINT ignored, and Python keeps that."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -150,11 +151,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGTERM, interrupt)
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def adopt_measurements(ledger: Ledger, run_id: int, folder: Path | None) -> Adopted:
@@ -205,12 +207,14 @@ def tune(workload: Workload, cluster: ClusterSpec, out_dir: Path, options: TuneO
                 with _sigterm_as_interrupt():
                     seeds, report, status = _over_mcp(ledger, run.id, llm, cluster, options, seed_budget,
                                                       (workload_file, cluster_file), note, timings)
-            except KeyboardInterrupt:  # Ctrl-C or SIGTERM: close the run with what it has
+            except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: close the run with what it has
                 interrupted = True
                 best_seed = ledger.best(run.id)
                 seeds = SeedOutcome(exhausted=False, best=best_seed.tokens_per_s_per_gpu if best_seed else None)
-                report, status = None, ("interrupted: the trials and LLM calls so far are in the ledger and the "
-                                        "artifacts are written; `paratune tune ... --resume` continues this run")
+                report = getattr(exc, "report", None)  # the phase's report so far (PhaseInterrupted)
+                status = ("interrupted: the trials and LLM calls so far are in the ledger and the artifacts are "
+                          "written; `paratune tune ... --resume` continues this run"
+                          + (f" ({report.headline})" if report else ""))
         else:
             seeds, report, status = None, None, llm
         if seeds is None:  # no LLM phase, or its server never started: score the seeds here

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,16 +38,22 @@ KEY = "sk-loopback-" + "0123456789abcdef" * 2  # key-shaped, so a leak into any 
 LLM_VARIABLES = ("LLM_MODEL", "OPENAI_API_KEY", "OPENAI_API_BASE", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY")
 
 
-def chat_text(fields: dict[str, Any]) -> str:
-    """An answer in DSPy's ChatAdapter format."""
+def chat_text(fields: dict[str, Any] | str, request: dict[str, Any]) -> str:
+    """An answer as the request asks for it: a JSON object when it sends a response_format (the schema's
+    fields), else DSPy's ChatAdapter markers; a str is sent as it is (an answer that does not parse)."""
+    if isinstance(fields, str):
+        return fields
+    if request.get("response_format"):
+        return json.dumps(fields)
     body = "".join(f"[[ ## {k} ## ]]\n{v if isinstance(v, str) else json.dumps(v)}\n\n" for k, v in fields.items())
     return body + "[[ ## completed ## ]]"
 
 
 @contextmanager
-def loopback(script: list[dict[str, Any] | int]) -> Iterator[list[dict[str, Any]]]:
-    """/v1/chat/completions on 127.0.0.1 answering `script` in order (an int is an HTTP error status; an
-    answer's `_finish` key its finish_reason, default stop);
+def loopback(script: list[dict[str, Any] | int | str]) -> Iterator[list[dict[str, Any]]]:
+    """/v1/chat/completions on 127.0.0.1 answering `script` in order (an int is an HTTP error status, a str
+    the answer's text as it is; an answer's `_finish` key its finish_reason, default stop, its `_delay` the
+    seconds before it is sent);
     sets OPENAI_API_BASE to it; yields the requests it received."""
     requests: list[dict[str, Any]] = []
     answers = iter(script)
@@ -57,6 +64,7 @@ def loopback(script: list[dict[str, Any] | int]) -> Iterator[list[dict[str, Any]
             requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
             answer = next(answers)
             finish = answer.pop("_finish", "stop") if isinstance(answer, dict) else "stop"
+            time.sleep(answer.pop("_delay", 0) if isinstance(answer, dict) else 0)
             if isinstance(answer, int):
                 status, data = answer, {"error": {"message": "scripted failure", "type": "server_error"}}
             else:
@@ -64,14 +72,17 @@ def loopback(script: list[dict[str, Any] | int]) -> Iterator[list[dict[str, Any]
                     "id": f"chatcmpl-{len(requests)}", "object": "chat.completion", "created": 0,
                     "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": finish,
-                                 "message": {"role": "assistant", "content": chat_text(answer)}}],
+                                 "message": {"role": "assistant", "content": chat_text(answer, body)}}],
                     "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}
             raw = json.dumps(data).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):  # the client gave up on this call and closed it
+                pass
 
         def log_message(self, *args: object) -> None:
             pass
@@ -189,3 +200,41 @@ def test_an_answer_cut_at_max_tokens_is_recorded_as_truncated(tmp_path, clean_ll
         outcomes = [c.outcome for c in ledger.llm_calls(run_id)]
     assert outcomes == ["truncated", "ok", "ok"] and report.truncated_calls == 1
     assert "1 cut at max_tokens: raise --llm-max-tokens" in report.headline
+
+
+def test_answers_that_do_not_parse_fail_the_phase_each_call_unparsed_and_the_schema_is_sent(tmp_path, clean_llm_env):
+    clean_llm_env.setenv("LLM_MODEL", "openai/loopback-model")
+    # what a small model writes without a grammar (issue 28): its input copied back, prose, nothing
+    script = ['{"architecture": "llama3 8B", "cluster": "8 x H200"}', "Use tp=2 and fp8.", "ok", ""]
+    with loopback(script) as requests, served(tmp_path, rounds=1) as (server, ledger, run_id):
+        lm = build_lm(resolve_llm(None), LLMBounds(call_timeout_s=30, max_tokens=512, phase_timeout_s=600))
+        report = investigate_with(server, ledger, run_id, lm, calls_per_round=1)
+        outcomes = [c.outcome for c in ledger.llm_calls(run_id)]
+        legal = server.call("get_legal_axes")
+    assert len(requests) == len(script)  # a loopback endpoint: no retries by default
+    assert outcomes == ["unparsed"] * 4 and report.failed and report.llm_calls == 0
+    assert "0 LLM call(s) answered and parsed, 4 failed (4 unparsed)" in report.headline
+    assert "first change: the model's answers did not parse: set agent.llm.structured" in report.headline
+    # every request carried its JSON schema, typed from this run: the planner's candidates have the legal axes'
+    # values as enums and no other keys; a ReAct step names one tool (a constant) with that tool's arguments
+    plan_format = requests[0]["body"]["response_format"]
+    assert plan_format["type"] == "json_schema"
+    candidate = plan_format["json_schema"]["schema"]["properties"]["candidates"]["items"]
+    assert candidate["properties"]["tp"]["enum"] == legal["tp"] and candidate["additionalProperties"] is False
+    assert set(candidate["properties"]) <= set(legal)
+    steps = requests[1]["body"]["response_format"]["json_schema"]["schema"]["anyOf"]
+    by_tool = {o["properties"]["next_tool_name"]["const"]: o["properties"]["next_tool_args"] for o in steps}
+    assert {"evaluate_simulate", "get_history", "finish"} <= set(by_tool)
+    assert by_tool["evaluate_simulate"]["properties"]["config"] == candidate
+    assert by_tool["note_to_scratchpad"]["required"] == ["text"] and "author" not in by_tool["note_to_scratchpad"][
+        "properties"]  # the tool's own required argument; the gate sets the author
+    assert by_tool["get_history"]["properties"]["k"]["maximum"] == 1000  # the tool's own schema (k <= 1000)
+    assert all("response_format" in r["body"] for r in requests)
+
+
+def test_a_timed_out_attempt_is_a_row_even_when_the_retry_answers(clean_llm_env):
+    clean_llm_env.setenv("LLM_MODEL", "openai/loopback-model")
+    with loopback([{"_delay": 3, "answer": "late"}, {"answer": "on time"}]) as requests:
+        lm = build_lm(resolve_llm(None), LLMBounds(call_timeout_s=1, max_tokens=64, retries=1, phase_timeout_s=60))
+        lm(messages=[{"role": "user", "content": "hi"}])
+    assert len(requests) == 2 and [f.outcome for f in lm.failures] == ["timeout"] and len(lm.history) == 1

@@ -36,12 +36,14 @@ def test_the_planner_and_a_react_round_fit_an_8k_model_with_room_for_four_tool_c
             server.call("note_to_scratchpad", text=f"seed note {i}: " + "tp and cp trade-offs " * 20)
         report = investigate_with(server, ledger, run_id, lm, calls_per_round=TOOL_CALLS)
     assert report.rounds[0].status == "ok" and report.rounds[0].tool_calls == TOOL_CALLS
-    planner, first, *steps = [prompt_tokens(m) for m in lm.prompts]
+    # counted as the phase counts a model LiteLLM has no tokenizer for: chars/4 with its 1.5 margin (a real
+    # small model's tokenizer counted 37 % above chars/4, issue 28)
+    planner, first, *steps = [prompt_tokens("openai/small-local", m)[0] for m in lm.prompts]
     after_four = steps[TOOL_CALLS - 1]  # the prompt once four tool calls are in the trajectory
     with capsys.disabled():
-        print(f"\nprompt tokens (chars/4): planner {planner}, first ReAct step {first}, after {TOOL_CALLS} tool calls "
-              f"{after_four}; window {WINDOW}, max_tokens {MAX_TOKENS}")
-    assert planner <= 2500
+        print(f"\nprompt tokens (chars/4 x 1.5): planner {planner}, first ReAct step {first}, after {TOOL_CALLS} "
+              f"tool calls {after_four}; window {WINDOW}, max_tokens {MAX_TOKENS}")
+    assert planner <= 4000
     assert after_four + MAX_TOKENS <= WINDOW
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -52,9 +52,10 @@ class _Llm(BaseModel):
     model: str | None = None
     timeout_s: PositiveFloat = 120.0
     max_tokens: PositiveInt = 2048
-    retries: NonNegativeInt = 1
+    retries: NonNegativeInt | None = None  # None: 0 for a loopback endpoint, else 1 (planner/llm/bounds.py)
     phase_timeout_s: PositiveFloat = 1800.0
     context_window: PositiveInt | None = None
+    structured: Literal["schema", "json", "markers"] = "schema"
 
 
 class _Agent(BaseModel):
@@ -110,6 +111,7 @@ def load_cluster(path: str | Path) -> ClusterSpec:
         llm_retries=raw.agent.llm.retries,
         llm_phase_timeout_s=raw.agent.llm.phase_timeout_s,
         llm_context_window=raw.agent.llm.context_window,
+        llm_structured=raw.agent.llm.structured,
         prompt_extras="\n".join(extras) if isinstance(extras, list) else extras,
         stack=tc.stack,
         stack_version=tc.stack_version,

@@ -76,9 +76,10 @@ class ClusterSpec(BaseModel):
     llm_model: str | None = None
     llm_timeout_s: PositiveFloat = 120.0  # one LLM call's limit (agent.llm.timeout_s), queueing included
     llm_max_tokens: PositiveInt = 2048  # completion tokens per LLM call (agent.llm.max_tokens)
-    llm_retries: NonNegativeInt = 1  # LiteLLM retries of a failed call (agent.llm.retries)
+    llm_retries: NonNegativeInt | None = None  # retries of a failed call (agent.llm.retries); None: 0 loopback, 1 else
     llm_phase_timeout_s: PositiveFloat = 1800.0  # wall clock of the whole LLM phase (agent.llm.phase_timeout_s)
     llm_context_window: PositiveInt | None = None  # the model's input tokens (agent.llm.context_window)
+    llm_structured: Literal["schema", "json", "markers"] = "schema"  # how answers are typed (agent.llm.structured)
     prompt_extras: str = ""
     stack: Stack | None = None  # the software stack the cluster runs; None in a file: the vendor's default
     stack_version: str | None = None

@@ -70,7 +70,15 @@ def register(verbs: argparse._SubParsersAction) -> None:
     llm.add_argument("--llm-max-tokens", type=_at_least(1), metavar="N",
                      help="completion tokens per LLM call (default: agent.llm.max_tokens, 2048)")
     llm.add_argument("--llm-retries", type=_at_least(0), metavar="N",
-                     help="retries of a failed LLM call (default: agent.llm.retries, 1)")
+                     help="retries of a failed LLM call (default: agent.llm.retries, else 0 for a loopback "
+                          "endpoint, 1 otherwise)")
+    llm.add_argument("--llm-context-window", type=_at_least(1), metavar="N",
+                     help="the model's input tokens, checked before each call (default: agent.llm.context_window, "
+                          "else LiteLLM's model info)")
+    llm.add_argument("--llm-structured", choices=("schema", "json", "markers"),
+                     help="how answers are typed: schema (response_format json_schema), json (json_object with the "
+                          "schema, e.g. llama-cpp-python's server) or markers (DSPy's field markers) (default: "
+                          "agent.llm.structured, schema)")
     llm.add_argument("--phase-timeout", type=float, metavar="S",
                      help="wall clock of the whole LLM phase (default: agent.llm.phase_timeout_s, 1800)")
     llm.add_argument("--env-file", metavar="PATH",
@@ -100,7 +108,8 @@ def _run(args: argparse.Namespace) -> int:
                                        calls_per_round=args.calls_per_round, patience=args.patience,
                                        allow_local_interpreter=args.allow_local_interpreter,
                                        call_timeout_s=args.llm_timeout, max_tokens=args.llm_max_tokens,
-                                       retries=args.llm_retries, phase_timeout_s=args.phase_timeout)
+                                       retries=args.llm_retries, phase_timeout_s=args.phase_timeout,
+                                       context_window=args.llm_context_window, structured=args.llm_structured)
     options = TuneOptions(seed_only=args.seed_only, sweep=args.sweep, seed_budget=args.seed_budget,
                           resume=args.resume, dry_run=args.dry_run, jobs=args.jobs, top_k=args.top_k,
                           profiling_mode=args.profiling_mode, pick=args.pick, investigator=investigator,

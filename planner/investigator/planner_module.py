@@ -1,4 +1,4 @@
-"""The planner: a hypothesis and 5-8 cross-axis candidates, each then checked for free and simulated."""
+"""The planner: a hypothesis and 3-8 cross-axis candidates, each then checked for free and simulated."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ import dspy
 from .mcp_client import ToolCallError
 from .phase_types import CandidateOutcome, PlanReport
 from .signatures import PlanLayouts
+from .structured import MAX_CANDIDATES
 from .tool_gate import ToolGate
 
-MAX_CANDIDATES = 8
 ECHO = 80  # characters of a malformed candidate kept in the report and the scratchpad
 
 
 class Planner(dspy.Module):
-    """Reads the run and proposes layouts to simulate, best expected first."""
+    """Reads the run and proposes layouts to simulate, best expected first (dspy.Predict: the signature's
+    optional reasoning comes after the answer, so a small model's token budget goes to the candidates)."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.propose = dspy.ChainOfThought(PlanLayouts)
+        self.propose = dspy.Predict(PlanLayouts)
 
     def forward(self, **inputs: str) -> dspy.Prediction:
         return self.propose(**inputs)
@@ -60,10 +61,20 @@ def evaluate_candidate(gate: ToolGate, config: Any) -> CandidateOutcome:
                             tokens_per_s_per_gpu=simulated["result"]["tokens_per_s_per_gpu"])
 
 
-def plan(gate: ToolGate, inputs: dict[str, str]) -> PlanReport:
-    """Ask the planner and evaluate its first MAX_CANDIDATES candidates in its order."""
-    prediction = Planner()(**inputs)
-    outcomes = [evaluate_candidate(gate, c) for c in prediction.candidates[:MAX_CANDIDATES]]
+def plan(gate: ToolGate, inputs: dict[str, str], example: dict[str, Any]) -> PlanReport:
+    """Ask the planner (the knobs' line followed by one worked `example` candidate) and evaluate its first
+    MAX_CANDIDATES candidates in its order."""
+    knobs = f"{inputs['knobs']}\none candidate, for its shape only: {json.dumps(example)}"
+    prediction = Planner()(**{**inputs, "knobs": knobs})
+    candidates = prediction.candidates if isinstance(prediction.candidates, list) else []
+    outcomes: list[CandidateOutcome] = []
+    seen: list[Any] = []
+    for c in candidates[:MAX_CANDIDATES]:  # a repeat is not evaluated twice (small models repeat themselves)
+        if c in seen:
+            outcomes.append(CandidateOutcome(config=c, status="skipped", reasons=["a repeat of an earlier candidate"]))
+            continue
+        seen.append(c)
+        outcomes.append(evaluate_candidate(gate, c))
     return PlanReport(hypothesis=prediction.hypothesis, candidates=outcomes)
 
 

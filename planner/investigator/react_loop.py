@@ -15,13 +15,18 @@ PARSE_RETRIES = 2  # unreadable steps in a row before the round stops stepping
 
 
 class SteadyReAct(dspy.ReAct):
-    """ReAct whose loop is `forward` below; the prompt, tools and extract are dspy.ReAct's, except that a
-    step's tool name is read as plain text (matched to a tool here) rather than refused by the adapter."""
+    """ReAct whose loop is `forward` below; the prompt and tools are dspy.ReAct's, except that a step's tool
+    name is read as plain text (matched to a tool here) rather than refused by the adapter (the request's
+    schema constrains it, `structured.step_schema`), and the closing summary is a dspy.Predict whose
+    reasoning is optional and last (ChainOfThought's comes first and eats a small model's tokens)."""
 
     def __init__(self, signature: Any, tools: list[Any], max_iters: int = 20):
         super().__init__(signature, tools=tools, max_iters=max_iters)
         react = self.react.signature.with_updated_fields("next_tool_name", type_=str)
         self.react: Any = dspy.Predict(react)
+        extract = self.extract.predict.signature.delete("reasoning").append(
+            "reasoning", dspy.OutputField(default=None, desc="optional: why"), type_=str | None)
+        self.extract: Any = dspy.Predict(extract)
 
     def _tool(self, name: Any) -> tuple[str, Any] | tuple[None, None]:
         """The tool a step names, matched case- and separator-insensitively."""

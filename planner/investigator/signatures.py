@@ -26,9 +26,12 @@ class PlanLayouts(dspy.Signature):
     guidance: str = dspy.InputField(desc="the user's guidance for this run (may be empty)")
     hypothesis: str = dspy.OutputField(desc="what limits throughput now and which cross-axis changes should help")
     # list[Any], not list[dict]: one malformed element (a JSON string, a sentence) must not lose the others;
-    # each is parsed on its own (`planner_module.evaluate_candidate`)
+    # each is parsed on its own (`planner_module.evaluate_candidate`); the request's schema types them
+    # (`structured.plan_schema`)
     candidates: list[Any] = dspy.OutputField(
-        desc="5 to 8 TrialConfig objects, highest expected tokens/s/GPU first")
+        desc="3 to 8 TrialConfig objects, highest expected tokens/s/GPU first")
+    # last and optional: a small model spends its tokens on the answer first (Predict, not ChainOfThought)
+    reasoning: str | None = dspy.OutputField(default=None, desc="optional: why these candidates")
 
 
 class InvestigateRound(dspy.Signature):

@@ -6,10 +6,14 @@ tune` writes each record with `Ledger.record_llm_call` into the ledger file the 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel
+
+from ..llm.failures import UNPARSED
 
 
 class LLMUsage(BaseModel):
@@ -35,23 +39,40 @@ def truncated(entry: dict[str, Any]) -> bool:
 
 
 def _usage(entry: dict[str, Any]) -> LLMUsage:
+    """The usage row of one answered call: truncated when cut at max_tokens, unparsed when the adapter could not
+    read it (`structured._mark_unparsed`), else ok."""
     tokens = entry.get("usage") or {}
+    outcome = "truncated" if truncated(entry) else "ok" if entry.get("parsed", True) else UNPARSED
     return LLMUsage(model=entry["model"], prompt_tokens=int(tokens.get("prompt_tokens") or 0),
                     completion_tokens=int(tokens.get("completion_tokens") or 0), cost_usd=entry.get("cost"),
-                    outcome="truncated" if truncated(entry) else "ok")
+                    outcome=outcome)
 
 
-def drain_usage(lm: Any, sink: UsageSink) -> tuple[int, int, int]:
-    """Hand each call in `lm.history` (and each failed call a `BoundedLM` kept) to `sink` and empty both;
-    returns (calls answered, calls failed, answers cut at max_tokens: recorded as `truncated`)."""
+@dataclass(frozen=True)
+class Drained:
+    """What one drain found: answers that parsed, failed calls by class, answers cut at max_tokens."""
+
+    parsed: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    truncated: int = 0
+
+    def __add__(self, other: Drained) -> Drained:
+        return Drained(parsed=self.parsed + other.parsed, failures=self.failures + other.failures,
+                       truncated=self.truncated + other.truncated)
+
+
+def drain_usage(lm: Any, sink: UsageSink) -> Drained:
+    """Hand each call in `lm.history` (and each failed call a `BoundedLM` kept) to `sink` and empty both. An
+    answer that did not parse is a failed call of class `unparsed` (its row says truncated when it was cut)."""
     entries = list(lm.history)
     lm.history.clear()
     failed = list(getattr(lm, "failures", []))
     if failed:
         lm.failures.clear()
-    usages = [_usage(entry) for entry in entries]
-    for usage in usages:
-        sink(usage)
+    for entry in entries:
+        sink(_usage(entry))
     for f in failed:
         sink(LLMUsage(model=f.model, prompt_tokens=0, completion_tokens=0, cost_usd=None, outcome=f.outcome))
-    return len(entries), len(failed), sum(u.outcome == "truncated" for u in usages)
+    unparsed = sum(not e.get("parsed", True) for e in entries)
+    return Drained(parsed=len(entries) - unparsed, truncated=sum(truncated(e) for e in entries),
+                   failures=Counter([f.outcome for f in failed] + [UNPARSED] * unparsed))

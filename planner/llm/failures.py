@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 TRANSPORT = ("timeout", "connection", "rate_limit", "server_error")  # failures the breaker counts
+UNPARSED = "unparsed"  # an answer that came back but could not be read as the call's output fields
 
 
 def classify(exc: BaseException) -> str:
