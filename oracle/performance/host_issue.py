@@ -21,15 +21,8 @@ from .context import Ctx
 # preprocess (token_dispatcher.py: token counts, their copy to the host, permutation indices), the
 # routed experts (dispatch, fc1, activation, fc2, combine, unpermute, bias-dropout-add; one GEMM pair
 # and activation per local expert without grouped GEMM, experts.py SequentialMLP), shared experts
-# (shared_experts.py). FP8 adds one quantisation launch per GEMM input. `launch_us` (fitted, 65 us on
-# Hopper) is the host time per launch issued from Python: Megatron's and TE's module code, not the CUDA
-# launch itself; TE measured 115-140 us of CPU per TEColumnParallelLinear forward (BF16, TP1; TE PR #1191),
-# two to three of the launches counted here. TE's GroupedLinear quantises its input's per-expert splits
-# in one call, `tex.split_quantize` (TE pytorch/module/grouped_linear.py; fused_multi_quantize before it,
-# TE PR #1793), whose per-expert kernels are launched from C++: each costs a kernel launch,
-# CPP_LAUNCH_US, not a Python launch. Megatron-Bridge's published Qwen3-30B-A3B H100 FP8 runs show it:
-# EP8 (16 local experts, 26.02.01: 9,058 tokens/s/GPU) is as fast as EP16 (8 local, 26.04.01: 8,960),
-# where 65 us per expert split made EP8 27 % slower (calibration/data/moe_throughput.csv).
+# (shared_experts.py). FP8 adds one quantisation launch per GEMM input, and per local expert for the
+# grouped expert GEMMs (TE GroupedLinear quantises each expert's split with its own quantizer).
 ATTN_OPS = 9
 MLP_OPS = 5
 ROUTER_OPS = 8
@@ -37,11 +30,6 @@ PREPROCESS_OPS = 5
 EXPERT_OPS = 6  # dispatch, combine, unpermute, bias-dropout-add and the grouped fc1/fc2 pair
 PER_EXPERT_OPS = 3  # fc1, activation, fc2 of one expert (SequentialMLP)
 SHARED_OPS = 4
-# Host time of one kernel launched from C++ (no Python): TE's single-kernel scale-inverse op, called from
-# Python, costs ~10 us of launch (TE PR #1016: ~20 us as PyTorch ops, ~10 us as one custom kernel); the
-# pybind and dispatch part of that is not paid inside split_quantize's loop. Half of it, stated as an
-# estimate.
-CPP_LAUNCH_US = 5.0
 GRAPHABLE = ("attn", "mlp", "moe_router", "moe_preprocess", "moe")
 
 
@@ -61,14 +49,12 @@ def captured(impl: str, scope: tuple[str, ...] | None) -> frozenset[str]:
 
 
 def _scope_ops(ctx: Ctx, moe: bool) -> dict[str, float]:
-    """Forward launches of each scope of one layer, in Python launches (FP8: one more per GEMM; the grouped
-    experts' per-split quantisation kernels counted at their C++ cost)."""
+    """Forward launches of each scope of one layer (FP8: one more per GEMM)."""
     q = 1 if ctx.fp8 else 0
     if not moe:
         return {"attn": ATTN_OPS + 2 * q, "mlp": MLP_OPS + 2 * q}
     local = max(1, ctx.shape.experts // ctx.ep)
-    split = 2 * q * (1 + local * CPP_LAUNCH_US / ctx.c.launch_us)  # fc1, fc2: one split_quantize call each
-    experts = EXPERT_OPS + split if ctx.grouped_gemm else EXPERT_OPS - 2 + local * (PER_EXPERT_OPS + 2 * q)
+    experts = EXPERT_OPS + 2 * q * local if ctx.grouped_gemm else EXPERT_OPS - 2 + local * (PER_EXPERT_OPS + 2 * q)
     shared = SHARED_OPS + 2 * q if ctx.shape.shared_ffn else 0
     return {"attn": ATTN_OPS + 2 * q, "moe_router": ROUTER_OPS, "moe_preprocess": PREPROCESS_OPS,
             "moe": experts + shared}
