@@ -6,8 +6,7 @@ GPU and source come out in the wrong order. Rows: calibration/data/throughput.cs
 calibration/data/extra_throughput.csv; unknown knobs are tuned per row (calibration/rows.py).
 The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four rows), twice: the
 roofline constants with the roofline forced, then, with attention fixed, Origami's efficiency with
-Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). The overlap
-priors are derived first, from published on/off pairs (calibration/overlap_pairs.py). Blackwell
+Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell
 (B200, B300, GB200, GB300) is fitted on its own rows, all MoE. MoE layers have no constant of their
 own: their terms are physics (oracle/performance/moe_layer.py). Writes
 oracle/performance/calibration.yaml (`fitted:` apart from `held:`, which the fit never changes) and
@@ -28,8 +27,6 @@ from paratune.oracle.performance.calibration import CALIBRATION_FILE, FITTED, co
 from paratune.oracle.performance.gemm_origami import origami_available
 from paratune.oracle.specs import EffectiveConfig
 
-from .golden import golden
-from .overlap_pairs import derive_overlap_priors
 from .rows import Row, load_rows, order_pairs, project, project_at
 
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
@@ -86,6 +83,25 @@ def _objective(rows: list[Row], values: dict[str, float], families: tuple[str, .
     return loss
 
 
+def _golden(f, lo: float, hi: float, x0: float, iters: int = 12) -> float:
+    """Minimise a 1-D function on [lo, hi] by golden-section search (keeps x0 if nothing is better)."""
+    g = (math.sqrt(5) - 1) / 2
+    a, b = lo, hi
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc < fd:
+            b, d, fd = d, c, fc
+            c = b - g * (b - a)
+            fc = f(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + g * (b - a)
+            fd = f(d)
+    best = c if fc < fd else d
+    return best if min(fc, fd) < f(x0) else x0
+
+
 def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...], held: dict, chosen: Chosen,
               sweeps: int = 3) -> dict[str, float]:
     """Coordinate descent over the group's constants, each row at its `chosen` layout; `held`: settings
@@ -96,7 +112,7 @@ def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...]
         for name in names:
             def f(x: float, name: str = name) -> float:
                 return _objective(rows, {**held, **values, name: x}, families, chosen)
-            values[name] = golden(f, *BOUNDS[name], values[name])
+            values[name] = _golden(f, *BOUNDS[name], values[name])
     return values
 
 
@@ -134,8 +150,6 @@ def main() -> None:
     data = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
     fitted = data["fitted"]
     fitted["calibrated_gpus"] = sorted({r.gpu for r in rows})  # GPUs with published rows in the fit
-    data["held"]["priors"].update(derive_overlap_priors())  # from published on/off pairs, before the families
-    _reload(data, rows)
     for _ in range(ROUNDS):
         chosen = choose(rows)
         for group, values in fit_all(rows, chosen).items():
@@ -144,8 +158,7 @@ def main() -> None:
                 for fam in GROUPS[group][0]:
                     fitted["families"].setdefault(fam, {})[k] = round(v, 4)
         _reload(data, rows)
-    data["held"]["priors"].update(derive_overlap_priors())  # again, under the families' final constants
-    _reload(data, rows)
+    CALIBRATION_FILE.write_text(_dump(data, rows), encoding="utf-8")
     report(rows)
 
 
@@ -171,19 +184,14 @@ PRIOR_NOTES = {
     "gemm_k_overhead": "assumed per-tile prologue/epilogue in K steps (gemm.py); no source recorded",
     "grad_bucket_params": ("megatron-core DistributedDataParallelConfig.bucket_size default "
                            "max(40M, 1M x DP): its 40M floor"),
-    "overlap_cost": ("compute lost per ms of EP (and DP/FSDP) traffic hidden behind compute: least squares "
-                     "over calibration/data/overlap_pairs.yaml's EP-overlap pair (Bridge, Qwen3-30B-A3B H100); "
-                     "no published DP/FSDP pair found (calibration/overlap_pairs.py)"),
-    "tp_overlap_cost": ("compute lost per ms of TP collectives overlapped with their GEMMs: least squares over "
-                        "calibration/data/overlap_pairs.yaml's async-TP pairs (torchtitan, Llama3 8B/70B H100) "
-                        "(calibration/overlap_pairs.py)"),
+    "overlap_cost": ("assumed compute lost per ms of traffic hidden behind it (TP/EP overlap, FSDP "
+                     "prefetch share it); no source recorded"),
 }
 HELD_NOTES = {  # per-family constant -> why no group fits it there
     "fp8_gemm_eff": "never read: the family's GPUs have no FP8 peak (fp8_tflops null)",
     "origami_eff": "never read: Origami serves AMD GPUs only",
     "attn_eff": "not in this family's group: kept at its starting value",
-    "tp_exposed": ("not in this family's groups (four rows): 1.0, the bound the Ampere, Hopper and Blackwell fits "
-                   "reach (no TP collective hidden without userbuffers)"),
+    "tp_exposed": "not in this family's groups (four rows): kept at its starting value",
     "launch_us": "not in this family's groups (four rows): kept at its starting value",
 }
 

@@ -43,8 +43,7 @@ class Constants:
     gemm_latency_us: float  # fixed cost of one GEMM kernel
     gemm_k_overhead: float  # per-tile prologue/epilogue, in K steps (small-K GEMMs run below peak)
     grad_bucket_params: float  # parameters per gradient bucket (Megatron DDP default 40M)
-    overlap_cost: float  # compute lost per ms of DP/FSDP/EP traffic hidden behind it (SMs/CUs and HBM it takes)
-    tp_overlap_cost: float  # the same for TP collectives overlapped with their own GEMMs (TE userbuffers)
+    overlap_cost: float  # compute lost per ms of DP/FSDP/TP/EP traffic hidden behind it (SMs/CUs and HBM it takes)
 
 
 @cache

@@ -17,6 +17,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..model_shape import padded_vocab
+from .calibration import Constants
 from .constants import (
     ATTN_DROPOUT_BYTES,
     BF16_BYTES,
@@ -64,11 +65,10 @@ def _tp_one(ctx: Ctx) -> float:
     return _tp_raw(ctx) * ctx.c.tp_exposed
 
 
-def _hidden_behind(comm: float, busy: float, cost: float) -> float:
+def _hidden_behind(comm: float, busy: float, c: Constants) -> float:
     """Exposed ms of `comm` overlapped with `busy` ms of compute on other SMs/CUs: what the compute
-    cannot cover, plus `cost` of the covered part (the SMs and HBM the transfer takes: `overlap_cost`,
-    or `tp_overlap_cost` for TP collectives; both from published on/off pairs, calibration/overlap_pairs.py)."""
-    return max(0.0, comm - busy) + cost * min(comm, busy)
+    cannot cover, plus `overlap_cost` of the covered part (the SMs and HBM the transfer takes)."""
+    return max(0.0, comm - busy) + c.overlap_cost * min(comm, busy)
 
 
 def _tp_collectives(ctx: Ctx, w: Builder, regions: int, gemm: tuple[float, float]) -> None:
@@ -80,8 +80,7 @@ def _tp_collectives(ctx: Ctx, w: Builder, regions: int, gemm: tuple[float, float
     (`gemm`: forward, backward ms); otherwise `tp_exposed` of them is exposed."""
     if ctx.tp_overlap:
         raw = 2 * regions * _tp_raw(ctx)
-        cost = ctx.c.tp_overlap_cost
-        w.add(TP, _hidden_behind(raw, gemm[0], cost), _hidden_behind(raw, gemm[1], cost))
+        w.add(TP, _hidden_behind(raw, gemm[0], ctx.c), _hidden_behind(raw, gemm[1], ctx.c))
         return
     t = 2 * regions * _tp_one(ctx)
     w.add(TP, t, t)
@@ -187,8 +186,8 @@ def _shared_experts(ctx: Ctx, w: Builder, gemm: tuple[float, float]) -> tuple[fl
     w.tag("shared_experts", shared_f)
     w.tag("moe", shared_f)
     if ctx.shared_overlap:
-        w.f[EP] = _hidden_behind(w.f[EP], shared_f, ctx.c.overlap_cost)
-        w.b[EP] = _hidden_behind(w.b[EP], 2 * shared_f, ctx.c.overlap_cost)
+        w.f[EP] = _hidden_behind(w.f[EP], shared_f, ctx.c)
+        w.b[EP] = _hidden_behind(w.b[EP], 2 * shared_f, ctx.c)
     return _plus_since(gemm, w.gemm(), before)
 
 
@@ -213,8 +212,7 @@ def _fsdp(ctx: Ctx, w: Builder, params: tuple[float, float]) -> None:
     scatter = (net.reduce_scatter(dense * g, ctx.fsdp, ctx.tp)
                + net.reduce_scatter(expert * g, ctx.fsdp_expert, ctx.etp * ctx.ep))
     busy_f, busy_b = sum(w.f), sum(w.b) + sum(w.w)
-    cost = ctx.c.overlap_cost
-    w.add(FSDP, _hidden_behind(gather, busy_f, cost), _hidden_behind(gather + scatter, busy_b, cost))
+    w.add(FSDP, _hidden_behind(gather, busy_f, ctx.c), _hidden_behind(gather + scatter, busy_b, ctx.c))
 
 
 def _ep_overlap(ctx: Ctx, w: Builder) -> None:
@@ -226,8 +224,8 @@ def _ep_overlap(ctx: Ctx, w: Builder) -> None:
     comm_f, comm_b = w.f[EP], w.b[EP]
     busy_f = sum(w.f) - comm_f
     busy_b = sum(w.b) + sum(w.w) - comm_b
-    w.f[EP] = _hidden_behind(comm_f, busy_b, ctx.c.overlap_cost)
-    w.b[EP] = _hidden_behind(comm_b, busy_f, ctx.c.overlap_cost)
+    w.f[EP] = _hidden_behind(comm_f, busy_b, ctx.c)
+    w.b[EP] = _hidden_behind(comm_b, busy_f, ctx.c)
 
 
 def _plus_since(gemm: tuple[float, float], now: tuple[float, float], before: tuple[float, float]
