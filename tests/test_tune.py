@@ -123,12 +123,15 @@ def test_dry_run_checks_the_install_offline(tmp_path):
     assert summary["hypotheses"][0].startswith("dry run:") and len(summary["hypotheses"]) == 4
     candidates = summary["investigation"]["plan"]["candidates"]
     assert {c["status"] for c in candidates} >= {"simulated", "rejected"}
-    assert any("TP=3 does not divide" in r for c in candidates for r in c["reasons"])
+    # the scripted planner's last candidate is illegal on purpose (a TP one above the legal axes: 9 on 32 GPUs)
+    assert any("world size 32 is not divisible by TP*PP*CP = 9*" in r for c in candidates for r in c["reasons"])
     scratchpad = (tmp_path / "scratchpad.txt").read_text()
     assert "llm:plan: plan: dry run:" in scratchpad and "llm:round3: round 3:" in scratchpad
     rows = [json.loads(x) for x in (tmp_path / "trials.jsonl").read_text().splitlines()]
     assert {r["fidelity"] for r in rows} == {"memory_only", "simulate"}  # the real oracle, through the server
-    assert {"llm:plan", "llm:round1", "llm:round3"} <= {r["origin"] for r in rows}
+    # the plan's layouts are simulated trials; a round re-probes a planned layout when the planner took
+    # every neighbour (Mixtral: 6), which the ledger records once (planner/investigator/dry.py)
+    assert "llm:plan" in {r["origin"] for r in rows}
     with sqlite3.connect(tmp_path / "ledger.sqlite") as conn:
         models = conn.execute("SELECT model, COUNT(*) FROM llm_calls GROUP BY model").fetchall()
     assert models == [("dry-run/scripted", summary["investigation"]["llm_calls"])]
