@@ -1,5 +1,6 @@
-"""The full LLM loop against an OpenAI-compatible endpoint: `paratune tune` on the Llama 3 8B example
-(seed plan, then planner + ReAct rounds over `paratune serve`), then what the phase did.
+"""The full LLM loop against an OpenAI-compatible endpoint: `paratune tune` on the README's main job (Mixtral
+8x22B on 4 x 8 MI355X as Primus's recipe runs it; `--workload` / `--target-cluster` for another pair), a
+6-layout seed plan, then planner + ReAct rounds over `paratune serve`, then what the phase did.
 
   benchmarks/real_llm.py --model smollm2            # a real small model: llama.cpp's server (scripts/setup_llm.sh)
   benchmarks/real_llm.py --model path/to/model.gguf #   with any GGUF
@@ -39,8 +40,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-WORKLOAD = ROOT / "examples" / "workloads" / "llama3-8b-mi300x.yaml"
-CLUSTER = ROOT / "examples" / "clusters" / "mi300x-1n.yaml"
+WORKLOAD = ROOT / "examples" / "workloads" / "mixtral-8x22b-mi355x-recipe.yaml"  # the README's main job
+CLUSTER = ROOT / "examples" / "clusters" / "mi355x-4n.yaml"
 
 
 def hostile(kind: str) -> str:
@@ -141,6 +142,8 @@ def main() -> None:
     parser.add_argument("--phase-timeout", type=float, default=420.0)
     parser.add_argument("--structured", choices=("schema", "json", "markers"),
                         help="default: json with --model (llama-cpp-python's server), else schema")
+    parser.add_argument("--workload", default=str(WORKLOAD), help="default: the README's main job")
+    parser.add_argument("--target-cluster", default=str(CLUSTER))
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 2, help="llama.cpp server threads")
     args = parser.parse_args()
     if args.model:
@@ -158,8 +161,8 @@ def run(args: argparse.Namespace, base: str, structured: str) -> None:
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp)
-        command = [str(Path(sys.executable).parent / "paratune"), "tune", "--workload", str(WORKLOAD),
-                   "--target-cluster", str(CLUSTER), "--out-dir", str(out), "--seed-budget", "6",
+        command = [str(Path(sys.executable).parent / "paratune"), "tune", "--workload", args.workload,
+                   "--target-cluster", args.target_cluster, "--out-dir", str(out), "--seed-budget", "6",
                    "--rounds", str(args.rounds), "--calls-per-round", str(args.calls_per_round),
                    "--llm-timeout", str(args.timeout), "--llm-max-tokens", str(args.max_tokens),
                    "--phase-timeout", str(args.phase_timeout), "--llm-context-window", str(WINDOW),
