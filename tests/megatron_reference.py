@@ -236,6 +236,7 @@ def moe_refusal(model: ModelArch, cfg: EffectiveConfig, world: int) -> str | Non
         num_query_groups=model.num_query_groups, kv_channels=model.kv_channels, ffn_hidden_size=model.ffn_hidden_size,
         num_moe_experts=model.num_experts, moe_router_topk=model.moe_router_topk,
         moe_ffn_hidden_size=model.moe_ffn_hidden_size, mtp_num_layers=model.mtp_num_layers or None,
+        add_bias_linear=model.add_bias_linear,  # the card's (TransformerConfig defaults to True)
         tensor_model_parallel_size=cfg.tp, pipeline_model_parallel_size=cfg.pp,
         virtual_pipeline_model_parallel_size=cfg.vpp if cfg.vpp > 1 else None, context_parallel_size=cfg.cp,
         expert_model_parallel_size=cfg.ep, expert_tensor_parallel_size=cfg.etp, sequence_parallel=cfg.sequence_parallel,
