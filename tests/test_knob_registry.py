@@ -12,6 +12,7 @@ Megatron-LM, Primus and Megatron-Bridge (`scripts/build_vocabulary.py`)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import types
@@ -19,11 +20,13 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import annotated_types
+import pytest
 from pydantic import create_model
 
-from paratune.oracle.constraints import search_rules
+from paratune.oracle.constraints import ACTS_UNDER, search_rules
 from paratune.oracle.inputs.cluster_file import load_cluster
 from paratune.oracle.inputs.workload_file import load_workload
+from paratune.oracle.knob_bounds import PARALLEL_SIZES
 from paratune.oracle.legality import LegalAxes
 from paratune.oracle.specs import EffectiveConfig, TrainingArgs, TrialConfig
 from paratune.oracle.specs.knobs import (
@@ -35,6 +38,8 @@ from paratune.oracle.specs.knobs import (
     Knob,
     knobs_of,
 )
+from paratune.planner import space
+from paratune.planner.launch.megatron_lm import layout_flags
 
 from .conftest import ROOT
 from .test_server_common import in_process, portal_client, small_inputs
@@ -97,6 +102,22 @@ def docs_rows() -> list[str]:
     return text[text.index(TABLE_START) + len(TABLE_START):text.index(TABLE_END)].strip().splitlines()
 
 
+def _resolves(reference: str) -> bool:
+    """Whether `oracle.a.b.name` names a module of paratune, or an attribute of one."""
+    parts = reference.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj: Any = importlib.import_module("paratune." + ".".join(parts[:i]))
+        except ImportError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
 def problems(model: type = TrialConfig) -> list[str]:
     """Each place that writes knobs out and disagrees with `model`'s registry, as "knob: what differs"."""
     knobs = knobs_of(model)
@@ -118,6 +139,8 @@ def problems(model: type = TrialConfig) -> list[str]:
             if not any(re.fullmatch(c, code) for c in codes)]
     claimed = {code for k in knobs for code in k.rules} | WORKLOAD_CODES
     out += [f"legality code {c} is named by no knob" for c in codes if not any(re.fullmatch(c, x) for x in claimed)]
+    out += [f"{k.name}: its effect cites {ref}, which is no module or name of paratune" for k in knobs
+            for ref in re.findall(r"oracle(?:\.\w+)+", k.time + " " + k.memory) if not _resolves(ref)]
     flags = json.loads((VOCABULARY / "megatron_lm_flags.json").read_text(encoding="utf-8"))["flags"]
     primus, bridge = _words(VOCABULARY / "primus.txt"), _words(VOCABULARY / "megatron_bridge.txt")
     for k in knobs:
@@ -138,6 +161,15 @@ def problems(model: type = TrialConfig) -> list[str]:
 def test_the_written_out_knob_lists_agree_with_the_registry():
     found = problems()
     assert found == [], "\n".join(found + ["docs/knobs.md's table from the registry:", *knob_rows()])
+
+
+def test_the_search_and_bounds_name_only_registry_knobs():
+    """The knob names the search, the constraints and the bounds write out are registry knobs."""
+    names = set(KNOB_SPECS)
+    options = (space.ALLGATHER, space.ALLTOALL, space.FLEX_DEEPEP, space.FLEX_HYBRIDEP, space.TURBO_DEEPEP)
+    written = (set(space.NATIVE_CONSTRAINTS) | {k for o in options for k in o} | set(PARALLEL_SIZES)
+               | set(ACTS_UNDER) | {parent for parent, _ in ACTS_UNDER.values()})
+    assert written - names == set()
 
 
 def test_the_derived_lists_are_the_registry():
@@ -164,8 +196,9 @@ def test_the_mcp_knob_list_is_the_registry(tmp_path):
 
 def test_a_new_knob_is_one_declaration(monkeypatch, tmp_path):
     """A dry run of the registry: one field with its Knob. The derived lists take it up (its Megatron name in
-    a trial's overrides, its MCP description, a stack rule where the stack lacks it); each written-out list
-    that lacks it fails, and every failure names that knob."""
+    a trial's overrides, its MCP description, a stack rule where the stack lacks it, its flag in the
+    Megatron-LM launch once the layout has the field); each written-out list that lacks it fails, and every
+    failure names that knob."""
     new = Knob("a knob added by this test", "new_training_arg", "--new-flag", None, None, "test", "test",
                rules=("fp8_gpu",), off=False, vendors=frozenset({"nvidia"}))
     extended = create_model("Extended", __base__=TrialConfig, new_knob=(Annotated[bool | None, new], None))
@@ -177,6 +210,11 @@ def test_a_new_knob_is_one_declaration(monkeypatch, tmp_path):
     assert cluster.stack == "primus"  # the small run's MI300X cluster: a stack without the new knob
     assert [(r.knob, r.values, r.code) for r in search_rules(workload, cluster) if r.knob == "new_knob"] == [
         ("new_knob", frozenset({False}), "stack_knob")]
+    layout = create_model("ExtendedLayout", __base__=EffectiveConfig, new_knob=(bool, False))
+    cfg = layout(**workload.effective().model_dump(), new_knob=True)
+    assert "--new-flag" in layout_flags(cfg, workload, "nvidia")[0]
+    with pytest.raises(AttributeError, match="new_knob"):  # EffectiveConfig itself lacks it (problems says so)
+        layout_flags(workload.effective(), workload, "nvidia")
     found = problems(extended)
     assert found and all(p.startswith("new_knob: ") for p in found), found
     assert "new_knob: not an EffectiveConfig field" in found

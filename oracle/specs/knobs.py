@@ -286,7 +286,9 @@ class TrialConfig(BaseModel):
     fp8_param_gather: Annotated[bool | None, Knob(
         "keep and gather weights in FP8", "fp8_param_gather",
         "--fp8-param-gather", "fp8_param_gather", "mixed_precision.fp8_param_gather",
-        "FP8 weight all-gather", "no BF16 weight copy beside the FP8 one", off=False)] = None
+        "not modelled: the distributed optimizer's weight all-gather is costed in BF16 "
+        "(oracle.performance.pipeline.dp_and_optimizer)",
+        "no BF16 weight copy beside the FP8 one (oracle.memory.state_bytes)", off=False)] = None
     use_megatron_fsdp: Annotated[bool | None, Knob(
         "Megatron-FSDP", "use_megatron_fsdp", "--use-megatron-fsdp", "use_megatron_fsdp", "ddp.use_megatron_fsdp",
         "per its data_parallel_sharding_strategy (megatron-core distributed_data_parallel_config.py)",
