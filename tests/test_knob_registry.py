@@ -39,7 +39,9 @@ from paratune.oracle.specs.knobs import (
     knobs_of,
 )
 from paratune.planner import space
+from paratune.planner.explanation import UNITS
 from paratune.planner.launch.megatron_lm import layout_flags
+from paratune.planner.pick import EXOTIC
 
 from .conftest import ROOT
 from .test_server_common import in_process, portal_client, small_inputs
@@ -164,11 +166,13 @@ def test_the_written_out_knob_lists_agree_with_the_registry():
 
 
 def test_the_search_and_bounds_name_only_registry_knobs():
-    """The knob names the search, the constraints and the bounds write out are registry knobs."""
+    """The knob names the search, the constraints, the bounds, the explanation's units and the pick's list of
+    stack-specific knobs write out are registry knobs."""
     names = set(KNOB_SPECS)
     options = (space.ALLGATHER, space.ALLTOALL, space.FLEX_DEEPEP, space.FLEX_HYBRIDEP, space.TURBO_DEEPEP)
     written = (set(space.NATIVE_CONSTRAINTS) | {k for o in options for k in o} | set(PARALLEL_SIZES)
-               | set(ACTS_UNDER) | {parent for parent, _ in ACTS_UNDER.values()})
+               | set(ACTS_UNDER) | {parent for parent, _ in ACTS_UNDER.values()} | set(EXOTIC)
+               | {k for unit in UNITS for k in unit})
     assert written - names == set()
 
 
