@@ -113,6 +113,8 @@ _SPLIT_MEM = "per-stage layers set each stage's weights and stored activations (
 _SPLIT_RULES = ("split_conflict", "split_first_last", "split_middle", "split_pp", "split_vpp", "split_decoders",
                 "layout_size", "layout_syntax", "layout_pp", "layout_vpp", "layout_edges", "layout_decoders",
                 "layout_mtp", "layout_mtp_order", "layout_mtp_stage")
+_FIRST_LAST_RULES = ("split_conflict", "split_first_last", "split_middle", "split_vpp", "split_decoders")
+_ACCOUNTING_RULES = ("split_conflict", "split_pp", "split_vpp", "split_decoders")
 _TP_DIMS = ("tp_num_attention_heads", "tp_num_query_groups", "tp_hidden_size", "tp_ffn_hidden_size")
 _ZB = ("zb_needs_pp", "zbv_needs_pp", "zb_recompute", "zbv_recompute", "zb_vpp", "zbv_vpp")
 _EP_OVERLAP = ("ep_overlap_ep", "ep_overlap_dispatcher", "ep_overlap_vpp", "ep_overlap_schedule",
@@ -254,24 +256,22 @@ class TrialConfig(BaseModel):
         "decoder layers on the first pipeline stage", "decoder_first_pipeline_num_layers",
         "--decoder-first-pipeline-num-layers", "decoder_first_pipeline_num_layers",
         "model.num_layers_in_first_pipeline_stage", _SPLIT_TIME, _SPLIT_MEM,
-        rules=("split_conflict", "split_first_last", "split_middle", "split_vpp", "split_decoders"),
-        split=True)] = None
+        rules=_FIRST_LAST_RULES, split=True)] = None
     pp_last_layers: Annotated[PositiveInt | None, Knob(
         "decoder layers on the last pipeline stage", "decoder_last_pipeline_num_layers",
         "--decoder-last-pipeline-num-layers", "decoder_last_pipeline_num_layers",
         "model.num_layers_in_last_pipeline_stage", _SPLIT_TIME, _SPLIT_MEM,
-        rules=("split_conflict", "split_first_last", "split_middle", "split_vpp", "split_decoders"),
-        split=True)] = None
+        rules=_FIRST_LAST_RULES, split=True)] = None
     pp_embedding_in_split: Annotated[bool | None, Knob(
         "count the embedding as a layer in the split", "account_for_embedding_in_pipeline_split",
         "--account-for-embedding-in-pipeline-split", "account_for_embedding_in_pipeline_split",
         "model.account_for_embedding_in_pipeline_split", _SPLIT_TIME, _SPLIT_MEM,
-        rules=("split_conflict", "split_pp", "split_vpp", "split_decoders"), off=False, split=True)] = None
+        rules=_ACCOUNTING_RULES, off=False, split=True)] = None
     pp_loss_in_split: Annotated[bool | None, Knob(
         "count the loss as a layer in the split", "account_for_loss_in_pipeline_split",
         "--account-for-loss-in-pipeline-split", "account_for_loss_in_pipeline_split",
         "model.account_for_loss_in_pipeline_split", _SPLIT_TIME, _SPLIT_MEM,
-        rules=("split_conflict", "split_pp", "split_vpp", "split_decoders"), off=False, split=True)] = None
+        rules=_ACCOUNTING_RULES, off=False, split=True)] = None
     recompute_modules: Annotated[tuple[RecomputeModule, ...] | None, Knob(
         "modules selective recompute re-runs", "recompute_modules",
         "--recompute-modules", "recompute_modules", "model.recompute_modules",
