@@ -387,8 +387,8 @@ def knob_available(knob: str, stack: str, vendor: str) -> bool:
     spec = KNOB_SPECS.get(knob)
     if spec is None:
         return True
-    if spec.name == "pp_schedule":
-        return True  # its values are restricted, not the knob
+    if not spec.stacks():
+        return True  # no argument of its own (pp_schedule): its values are restricted, not the knob
     return stack in spec.stacks() and vendor in spec.vendors
 
 
