@@ -104,6 +104,17 @@ def docs_rows() -> list[str]:
     return text[text.index(TABLE_START) + len(TABLE_START):text.index(TABLE_END)].strip().splitlines()
 
 
+def literals(annotation: Any) -> set | None:
+    """The values a type's `Literal`s allow (through unions and optionals), None when it has none."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Literal:
+        return set(args)
+    if origin in (Union, types.UnionType):
+        found = [v for v in map(literals, args) if v is not None]
+        return set().union(*found) if found else None
+    return None
+
+
 def _resolves(reference: str) -> bool:
     """Whether `oracle.a.b.name` names a module of paratune, or an attribute of one."""
     parts = reference.split(".")
@@ -130,6 +141,10 @@ def problems(model: type = TrialConfig) -> list[str]:
             out.append(f"{k.name}: not an EffectiveConfig field")
         elif effective.index(k.name) != i:
             out.append(f"{k.name}: EffectiveConfig field {effective.index(k.name)}, registry position {i}")
+        elif (mine := literals(model.model_fields[k.name].annotation)) is not None and (
+                resolved := literals(EffectiveConfig.model_fields[k.name].annotation)) is not None and (
+                mine - ({"none"} if k.none_is_null else set()) != resolved):
+            out.append(f"{k.name}: values {sorted(mine)}, EffectiveConfig's {sorted(resolved)}")
         if k.dest not in TrainingArgs.model_fields:
             out.append(f"{k.name}: dest {k.dest} is not a TrainingArgs field")
     axes = set(LegalAxes.model_fields) - {"world_size"}
