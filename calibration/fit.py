@@ -167,12 +167,16 @@ def fit_shared(rows: list[Row], chosen: Chosen, fitted: dict[str, dict[str, floa
     return out
 
 
-def fit_all(rows: list[Row], chosen: Chosen) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
-    """Every group's fitted constants on `rows` at their `chosen` layouts, then the shared ones over all of
-    them (pure: nothing is written); a group sees the values fitted before it for its families (the AMD
-    groups share theirs). Returns (group -> values, shared values)."""
+def fit_all(rows: list[Row], chosen: Chosen, refit: set[str] | None = None
+            ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Every group's fitted constants on `rows` at their `chosen` layouts (only the groups of `refit`'s
+    families when given: the others keep their values), then the shared ones over all of them (pure: nothing
+    is written); a group sees the values fitted before it for its families (the AMD groups share theirs).
+    Returns (group -> values, shared values)."""
     out: dict[str, dict[str, float]] = {}
     for group, (families, names, settings) in GROUPS.items():
+        if refit is not None and not refit & set(families):
+            continue
         members = group_rows(rows, group)
         if not members or (group == "amd-origami" and not origami_available()):
             print(group, "skipped:", "no rows" if not members else "rocm-origami is not installed; origami_eff kept")
