@@ -204,8 +204,8 @@ def main() -> None:
             for k, v in values.items():
                 for fam in GROUPS[group][0]:
                     fitted["families"].setdefault(fam, {})[k] = round(v, 4)
-        print("shared", {k: round(v, 4) for k, v in shared.items()}, flush=True)
-        fitted["shared"] = {k: round(v, 4) for k, v in shared.items()}
+        print("every family", {k: round(v, 4) for k, v in shared.items()}, flush=True)
+        fitted["every_family"] = {k: round(v, 4) for k, v in shared.items()}
         _reload(data, rows)
     CALIBRATION_FILE.write_text(_dump(data, rows), encoding="utf-8")
     report(rows)
@@ -264,7 +264,7 @@ def _dump(data: dict, rows: list[Row]) -> str:
     out += ["  # shared by every family, fitted once over every row, each under its family's constants (fit_shared):",
             "  # overlap_cost, the compute lost per ms of traffic hidden behind compute (TP userbuffers, EP overlap,",
             "  # DP/FSDP prefetch); no published on/off pair of Megatron's TP overlap was found, the rows identify it",
-            f"  shared: {_flow({n: fitted['shared'][n] for n in SHARED})}",
+            f"  every_family: {_flow({n: fitted['every_family'][n] for n in SHARED})}",
             "  # each group: its families, the constants it fits, settings held during its fit, its rows",
             "  fitted_on:"]
     for group, (families, names, settings) in GROUPS.items():
@@ -272,7 +272,7 @@ def _dump(data: dict, rows: list[Row]) -> str:
         out.append(f"    {group}: {{families: [{', '.join(families)}], constants: [{', '.join(names)}], "
                    f"settings: {_flow(settings)}, rows: {len(members)}, "
                    f"gpus: [{', '.join(sorted({r.gpu for r in members}))}]}}")
-    out.append(f"    shared: {{families: [{', '.join(fitted['families'])}], constants: [{', '.join(SHARED)}], "
+    out.append(f"    every_family: {{families: [{', '.join(fitted['families'])}], constants: [{', '.join(SHARED)}], "
                f"rows: {len(rows)}}}")
     out += ["held:",
             "  # families without published rows take a fitted family's values (uncalibrated)",

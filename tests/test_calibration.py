@@ -33,7 +33,7 @@ def test_fitted_and_held_split_every_constant_once():
         assert set(values) | set(held_here) == set(FITTED), fam
     names = {f.name for f in fields(Constants)}
     assert set(held["priors"]) == names - set(FITTED) - set(SHARED)
-    assert set(fitted["shared"]) == set(SHARED)  # fitted once for every family (fit.fit_shared)
+    assert set(fitted["every_family"]) == set(SHARED)  # fitted once for every family (fit.fit_shared)
     assert set(held["copied"]) == set(fit.COPIES)
     assert set(fitted["families"]) | set(held["copied"]) == set(families())
 

@@ -75,7 +75,7 @@ def constants_for(family: str) -> Constants:
     data = _load()
     fam = families()[family]
     values: dict[str, Any] = {k: float(fam[k]) for k in FITTED}
-    values |= {k: float(data["fitted"]["shared"][k]) for k in SHARED}
+    values |= {k: float(data["fitted"]["every_family"][k]) for k in SHARED}
     values |= {k: v if isinstance(v, str) else float(v) for k, v in data["held"]["priors"].items()}
     return Constants(**values)
 
