@@ -23,7 +23,7 @@ from paratune.ledger.models import TrialRecord
 
 PickRule = Literal["robust", "argmax"]
 HEADROOM_TIE_GB = 1.0
-# Knobs whose effect rests on overlap_cost (fitted on rows, no published on/off pair) or on a stack's special build.
+# Knobs whose effect rests on a prior (overlap_cost) or on a stack's special build, not on fitted rows.
 EXOTIC = {"use_turbo_deepep": False, "tp_comm_overlap": False, "overlap_moe_expert_parallel_comm": False,
           "cuda_graph_impl": "none", "fp8": None, "use_torch_fsdp2": False, "use_megatron_fsdp": False,
           "optimizer_cpu_offload": False, "pp_layout": None, "sync_free_stage": 0}
