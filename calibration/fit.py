@@ -18,12 +18,20 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Callable
 
 import yaml
 
 from paratune.oracle.catalog import gpu as catalog_gpu
 from paratune.oracle.performance import calibration
-from paratune.oracle.performance.calibration import CALIBRATION_FILE, FITTED, constants_for, with_fitted
+from paratune.oracle.performance.calibration import (
+    CALIBRATION_FILE,
+    FITTED,
+    SHARED,
+    Constants,
+    constants_for,
+    with_fitted,
+)
 from paratune.oracle.performance.gemm_origami import origami_available
 from paratune.oracle.specs import EffectiveConfig
 
@@ -43,6 +51,7 @@ COPIES: dict[str, str] = {}  # families without rows (held.copied in calibration
 BOUNDS = {
     "gemm_eff": (0.4, 0.95), "fp8_gemm_eff": (0.3, 0.95), "attn_eff": (0.2, 0.9),
     "tp_exposed": (0.0, 1.0), "launch_us": (1.0, 200.0), "origami_eff": (0.4, 1.2),
+    "overlap_cost": (0.0, 1.0),  # 0: a hidden transfer is free; 1: it costs the compute it hides behind
 }
 ORDER_WEIGHT = 4.0
 ORDER_MARGIN = 0.02  # projected log-ratio a correctly ordered pair should keep
@@ -67,20 +76,29 @@ def choose(rows: list[Row], consts: dict[str, dict[str, float]] | None = None) -
     return out
 
 
-def _objective(rows: list[Row], values: dict[str, float], families: tuple[str, ...], chosen: Chosen) -> float:
+def _loss(rows: list[Row], chosen: Chosen, consts: Callable[[Row], Constants | None]) -> float:
+    """Mean squared log error of the rows at their `chosen` layouts under `consts(row)` (None: the calibrated
+    constants), plus the order penalty of rows of one model, GPU and source projected in the wrong order."""
     logs = {}
     for row in rows:
         if row.id not in chosen:  # a rejected published run: listed by the report, not fitted
             continue
-        fam = family_of_row(row)
-        c = with_fitted(constants_for(fam), values) if fam in families else None
-        p = project_at(row, chosen[row.id], c)
+        p = project_at(row, chosen[row.id], consts(row))
         logs[row.id] = math.log(p.estimate.tokens_per_s_per_gpu / row.measured)
     loss = sum(x * x for x in logs.values()) / len(logs)
     for a, b in order_pairs([r for r in rows if r.id in logs]):  # a measured faster than b
         gap = (logs[b.id] + math.log(b.measured)) - (logs[a.id] + math.log(a.measured)) + ORDER_MARGIN
         loss += ORDER_WEIGHT * max(0.0, gap) ** 2
     return loss
+
+
+def _objective(rows: list[Row], values: dict[str, float], families: tuple[str, ...], chosen: Chosen) -> float:
+    """`_loss` with `values` over the constants of the rows of `families`."""
+    def consts(row: Row) -> Constants | None:
+        fam = family_of_row(row)
+        return with_fitted(constants_for(fam), values) if fam in families else None
+
+    return _loss(rows, chosen, consts)
 
 
 def _golden(f, lo: float, hi: float, x0: float, iters: int = 12) -> float:
@@ -126,18 +144,46 @@ def group_rows(rows: list[Row], group: str) -> list[Row]:
     return [r for r in rows if family_of_row(r) in GROUPS[group][0]]
 
 
-def fit_all(rows: list[Row], chosen: Chosen) -> dict[str, dict[str, float]]:
-    """Every group's fitted constants on `rows` at their `chosen` layouts (pure: nothing is written);
-    a group sees the values fitted before it for its families (the AMD groups share theirs)."""
+def fit_shared(rows: list[Row], chosen: Chosen, fitted: dict[str, dict[str, float]]) -> dict[str, float]:
+    """The constants every family shares (`SHARED`), each at its least-squares value over all `rows`, a row
+    under its family's constants with `fitted`'s values (group -> values) over them.
+
+    overlap_cost (compute lost per ms of traffic hidden behind compute: TE userbuffers' TP overlap, EP
+    overlap, DP/FSDP prefetch; oracle/performance/layers.py `_hidden_behind`, pipeline.py) has no published
+    on/off pair of Megatron's TP overlap to derive it from (the search is listed in docs/internals.md); the
+    rows identify it: the published runs with TP overlap on (Megatron-LM README r0.8 `--tp-comm-overlap`,
+    NeMo and DGX Cloud Llama 3.1 70B/405B, Bridge's Llama recipes) beside those without (`tp_exposed`), and
+    the DP overlap of nearly every row."""
+    per_family: dict[str, dict[str, float]] = {}
+    for group, values in fitted.items():
+        for fam in GROUPS[group][0]:
+            per_family.setdefault(fam, {}).update(values)
+    out = {n: getattr(constants_for(family_of_row(rows[0])), n) for n in SHARED}
+    for name in SHARED:
+        def f(x: float, name: str = name) -> float:
+            return _loss(rows, chosen, lambda row: with_fitted(
+                constants_for(family_of_row(row)), {**per_family.get(family_of_row(row), {}), **out, name: x}))
+        out[name] = _golden(f, *BOUNDS[name], out[name])
+    return out
+
+
+def fit_all(rows: list[Row], chosen: Chosen, refit: set[str] | None = None
+            ) -> tuple[dict[str, dict[str, float]], dict[str, float]]:
+    """Every group's fitted constants on `rows` at their `chosen` layouts (only the groups of `refit`'s
+    families when given: the others keep their values), then the shared ones over all of them (pure: nothing
+    is written); a group sees the values fitted before it for its families (the AMD groups share theirs).
+    Returns (group -> values, shared values)."""
     out: dict[str, dict[str, float]] = {}
     for group, (families, names, settings) in GROUPS.items():
+        if refit is not None and not refit & set(families):
+            continue
         members = group_rows(rows, group)
         if not members or (group == "amd-origami" and not origami_available()):
             print(group, "skipped:", "no rows" if not members else "rocm-origami is not installed; origami_eff kept")
             continue
         earlier = {k: v for g, vals in out.items() if set(GROUPS[g][0]) & set(families) for k, v in vals.items()}
         out[group] = fit_group(members, families, names, {**earlier, **settings}, chosen)
-    return out
+    return out, fit_shared(rows, chosen, out)
 
 
 def main() -> None:
@@ -152,11 +198,14 @@ def main() -> None:
     fitted["calibrated_gpus"] = sorted({r.gpu for r in rows})  # GPUs with published rows in the fit
     for _ in range(ROUNDS):
         chosen = choose(rows)
-        for group, values in fit_all(rows, chosen).items():
+        groups, shared = fit_all(rows, chosen)
+        for group, values in groups.items():
             print(group, {k: round(v, 4) for k, v in values.items()}, flush=True)
             for k, v in values.items():
                 for fam in GROUPS[group][0]:
                     fitted["families"].setdefault(fam, {})[k] = round(v, 4)
+        print("every family", {k: round(v, 4) for k, v in shared.items()}, flush=True)
+        fitted["every_family"] = {k: round(v, 4) for k, v in shared.items()}
         _reload(data, rows)
     CALIBRATION_FILE.write_text(_dump(data, rows), encoding="utf-8")
     report(rows)
@@ -184,8 +233,6 @@ PRIOR_NOTES = {
     "gemm_k_overhead": "assumed per-tile prologue/epilogue in K steps (gemm.py); no source recorded",
     "grad_bucket_params": ("megatron-core DistributedDataParallelConfig.bucket_size default "
                            "max(40M, 1M x DP): its 40M floor"),
-    "overlap_cost": ("assumed compute lost per ms of traffic hidden behind it (TP/EP overlap, FSDP "
-                     "prefetch share it); no source recorded"),
 }
 HELD_NOTES = {  # per-family constant -> why no group fits it there
     "fp8_gemm_eff": "never read: the family's GPUs have no FP8 peak (fp8_tflops null)",
@@ -214,13 +261,19 @@ def _dump(data: dict, rows: list[Row]) -> str:
            "  families:"]
     for fam, values in fitted["families"].items():
         out.append(f"    {fam}: {_flow({n: values[n] for n in fitted_names(fam)})}")
-    out += ["  # each group: its families, the constants it fits, settings held during its fit, its rows",
+    out += ["  # shared by every family, fitted once over every row, each under its family's constants (fit_shared):",
+            "  # overlap_cost, the compute lost per ms of traffic hidden behind compute (TP userbuffers, EP overlap,",
+            "  # DP/FSDP prefetch); no published on/off pair of Megatron's TP overlap was found, the rows identify it",
+            f"  every_family: {_flow({n: fitted['every_family'][n] for n in SHARED})}",
+            "  # each group: its families, the constants it fits, settings held during its fit, its rows",
             "  fitted_on:"]
     for group, (families, names, settings) in GROUPS.items():
         members = group_rows(rows, group)
         out.append(f"    {group}: {{families: [{', '.join(families)}], constants: [{', '.join(names)}], "
                    f"settings: {_flow(settings)}, rows: {len(members)}, "
                    f"gpus: [{', '.join(sorted({r.gpu for r in members}))}]}}")
+    out.append(f"    every_family: {{families: [{', '.join(fitted['families'])}], constants: [{', '.join(SHARED)}], "
+               f"rows: {len(rows)}}}")
     out += ["held:",
             "  # families without published rows take a fitted family's values (uncalibrated)",
             "  copied: {" + ", ".join(f"{k}: {v}" for k, v in COPIES.items()) + "}"]

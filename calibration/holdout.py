@@ -1,6 +1,7 @@
 """Held-out error: leave one model out. For each model, every fit group that holds its rows is refitted
-on the other models' rows (calibration/fit.py `fit_all`, same groups, bounds and objective), and the
-model's rows are projected with those constants. Each row stays at the layout the full fit chose for its
+on the other models' rows, then the constants every family shares over all the other models' rows
+(calibration/fit.py `fit_all`, same groups, bounds and objective), and the model's rows are projected
+with those constants. Each row stays at the layout the full fit chose for its
 tuned knobs (`fit.choose`): the knobs are the published run's, not the constants'. The figure is what a
 user gets on a model the calibration never saw.
 """
@@ -21,12 +22,11 @@ def _held_out_model(model: str) -> dict[str, float]:
     chosen = choose(rows)
     test = [r for r in rows if r.model == model and r.id in chosen]
     families = {family_of_row(r) for r in test}
-    train = [r for r in rows if r.model != model and family_of_row(r) in families]
-    fitted = fit_all(train, chosen)
+    fitted, shared = fit_all([r for r in rows if r.model != model], chosen, refit=families)
     out = {}
     for row in test:
         fam = family_of_row(row)
-        values = {k: v for g, vals in fitted.items() if fam in GROUPS[g][0] for k, v in vals.items()}
+        values = {k: v for g, vals in fitted.items() if fam in GROUPS[g][0] for k, v in vals.items()} | shared
         p = project_at(row, chosen[row.id], with_fitted(constants_for(fam), values))
         out[row.id] = p.estimate.tokens_per_s_per_gpu / row.measured - 1.0
     return out

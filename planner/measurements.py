@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -219,3 +220,16 @@ def adopt(ledger: Ledger, run_id: int, source: Ledger | None = None) -> Adopted:
     if used:
         recalibrate(ledger, run_id)
     return Adopted(found=found, used=used, skipped=skipped)
+
+
+def adopt_measurements(ledger: Ledger, run_id: int, folder: Path | None, key: str = "--calibration-from") -> Adopted:
+    """The run takes the measurements of its pair from its ledger's other runs, or from `folder`'s ledger (a
+    `paratune tune` output folder: `tune --calibration-from`, MCP `open_run`'s calibration_from, named `key`
+    when it has no ledger)."""
+    if folder is None:
+        return adopt(ledger, run_id)
+    path = folder / "ledger.sqlite"
+    if not path.is_file():
+        raise InputError("no ledger.sqlite in it: is it a `paratune tune` output folder?", file=str(folder), key=key)
+    with Ledger(path) as source:
+        return adopt(ledger, run_id, source)

@@ -31,7 +31,7 @@ from .llm.selection import (
     dry_run_llm,
     resolve_llm,
 )
-from .measurements import Adopted, adopt
+from .measurements import adopt_measurements
 from .pick import Pick, PickRule
 from .runs import record_sweep, score_seed_plan
 from .sweep import SweepResult, sweep
@@ -157,18 +157,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
-
-
-def adopt_measurements(ledger: Ledger, run_id: int, folder: Path | None) -> Adopted:
-    """The run takes the measurements of its pair from its ledger's other runs, or from `folder`'s ledger."""
-    if folder is None:
-        return adopt(ledger, run_id)
-    path = folder / "ledger.sqlite"
-    if not path.is_file():
-        raise InputError("no ledger.sqlite in it: is it a `paratune tune` output folder?", file=str(folder),
-                         key="--calibration-from")
-    with Ledger(path) as source:
-        return adopt(ledger, run_id, source)
 
 
 def _scratchpad(ledger: Ledger, run_id: int) -> str:

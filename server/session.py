@@ -13,6 +13,7 @@ from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.inputs.read_guard import reads_under
 from paratune.oracle.knob_bounds import check_knob_bounds
 from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
+from paratune.planner.measurements import Adopted, adopt_measurements
 from paratune.planner.runs import score
 
 from .paths import AllowedRoots
@@ -26,6 +27,7 @@ class ActiveRun:
     workload: Workload
     cluster: ClusterSpec
     workload_file: str
+    adopted: Adopted  # measurements of the pair from earlier runs the run took when it was opened
 
 
 class Session:
@@ -39,11 +41,13 @@ class Session:
         self._active: ActiveRun | None = None
 
     def open_run(self, workload_file: Path, cluster_file: Path, *, resume: bool = True,
-                 confined: bool = True) -> ActiveRun:
+                 confined: bool = True, calibration_from: Path | None = None) -> ActiveRun:
         """Load both files and open (or resume) their run; it becomes the active one. The cluster's stack
         and search constraints (its file's, then the server command line's) bind every tool of the run.
         `confined`: every file the two pull in (extends, model files, presets) must lie under the roots
-        too; the command line's own --workload / --target-cluster are the operator's and are not."""
+        too; the command line's own --workload / --target-cluster are the operator's and are not. The run
+        takes the measurements of its model and cluster from the ledger's earlier runs, or from
+        `calibration_from`'s (a `paratune tune` folder), as `paratune tune` does (`adopt_measurements`)."""
         def load() -> tuple[ClusterSpec, Workload]:
             cluster = self._constrain(load_cluster(cluster_file))
             workload = load_workload(workload_file, stack=cluster.stack, stack_from=str(cluster_file))
@@ -55,7 +59,8 @@ class Session:
         else:
             cluster, workload = load()
         run = self.ledger.open_run(workload, cluster, resume=resume)
-        self._active = ActiveRun(run, workload, cluster, str(workload_file))
+        adopted = adopt_measurements(self.ledger, run.id, calibration_from, key="calibration_from")
+        self._active = ActiveRun(run, workload, cluster, str(workload_file), adopted)
         return self._active
 
     @property

@@ -11,6 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from pathlib import PurePath
 from typing import Annotated, Literal
 
 import anyio.from_thread
@@ -21,6 +22,7 @@ from pydantic import BaseModel, Field
 from paratune.ledger import BudgetLine, trial_line
 from paratune.oracle.errors import InputError
 from paratune.oracle.evaluate import evaluate_simulate
+from paratune.oracle.performance.uncertainty import uncertainty
 from paratune.oracle.specs import Budget, EvalResult
 from paratune.planner.launch import LaunchPlan
 from paratune.planner.pick import Pick
@@ -52,6 +54,10 @@ class RunSummary(BaseModel):
     world_size: int
     budget: Budget
     trials: int = Field(description="trials already in the ledger for this run")
+    measurements_used: int = Field(description=(
+        "measurements of this model on this cluster from earlier runs (or calibration_from's) the run now uses: "
+        "a measured layout ranks by its measurement and calibrates the projections of the others"))
+    measurements: str = Field(description="that count in a sentence, with any measurement left out and why")
 
 
 class SeedPlanReport(BaseModel):
@@ -83,6 +89,9 @@ class SweepReport(BaseModel):
     fits: int
     wall_s: float
     jobs: int
+    recorded: int = Field(description=(
+        "layouts recorded as trials: the top_k and those beyond it within the oracle's stated error of the best, "
+        "which the robust pick weighs"))
     top: list[SweepEntry]
 
 
@@ -118,17 +127,26 @@ def tools(session: Session) -> list[Callable]:
 
     async def open_run(workload: Annotated[str, Field(description="workload YAML path")],
                        cluster: Annotated[str, Field(description="target-cluster YAML path")],
-                       resume: bool = True) -> RunSummary:
+                       resume: bool = True,
+                       calibration_from: Annotated[str | None, Field(description=(
+                           "a `paratune tune` output folder (under the allowed roots) whose measurements of this "
+                           "model on this cluster the run takes; default: the server ledger's earlier runs"))] = None,
+                       ) -> RunSummary:
         """Load a workload YAML (native or Primus experiment) and a target-cluster YAML and make their run the
-        current one, resuming the latest run for exactly these inputs unless resume=false. Paths are relative to
-        the server's first allowed root and must stay under the allowed roots. Free. Returns the run id, names,
-        world size, budget and how many trials it already has."""
+        current one, resuming the latest run for exactly these inputs unless resume=false. The run takes the
+        measurements of the same model on the same cluster from earlier runs (or from calibration_from's folder),
+        as `paratune tune` does. Paths are relative to the server's first allowed root and must stay under the
+        allowed roots. Free. Returns the run id, names, world size, budget, how many trials it already has and how
+        many earlier measurements it uses."""
         def opened() -> RunSummary:
+            source = (session.roots.file(str(PurePath(calibration_from) / "ledger.sqlite"), "calibration_from").parent
+                      if calibration_from is not None else None)
             a = session.open_run(session.roots.file(workload, "workload"), session.roots.file(cluster, "cluster"),
-                                 resume=resume)
+                                 resume=resume, calibration_from=source)
             return RunSummary(run_id=a.run.id, status=a.run.status, workload_name=a.workload.name,
                               cluster_name=a.cluster.name, world_size=a.cluster.world_size, budget=a.run.budget,
-                              trials=session.ledger.trial_count(a.run.id))
+                              trials=session.ledger.trial_count(a.run.id), measurements_used=a.adopted.used,
+                              measurements=a.adopted.line())
 
         return await off_loop(opened, what="opening the run")
 
@@ -164,22 +182,24 @@ def tools(session: Session) -> list[Callable]:
 
     async def sweep(ctx: Context,
                     jobs: Annotated[int, Field(ge=1, le=os.cpu_count() or 1, description="worker processes")] = 1,
-                    top_k: Annotated[int, Field(ge=1, le=100, description="best layouts to keep")] = 10) -> SweepReport:
+                    top_k: Annotated[int, Field(ge=1, le=100, description="best layouts to list")] = 10) -> SweepReport:
         """Score the whole legal space of the run with the oracle (memory pre-filter, then simulate) and record the
-        top_k layouts as trials: the reference optimum, spending no budget. CPU-heavy (seconds to minutes);
-        reports progress. Returns the space size, how many fit, the wall time and the top layouts, best first
-        (trial id, tokens/s/GPU, memory, history line; get_best and get_history read their whole results)."""
+        top_k layouts as trials, with up to 50 more within the oracle's stated error of the best, for the robust
+        pick (export_best) to weigh, as `paratune tune` does: the reference optimum, spending no budget. CPU-heavy
+        (seconds to minutes); reports progress. Returns the space size, how many fit, the wall time, how many it
+        recorded and the top_k layouts, best first (trial id, tokens/s/GPU, memory, history line; get_best and
+        get_history read their whole results)."""
         a = session.active
         result = await off_loop(functools.partial(
-            run_sweep, a.workload, a.cluster, top_k=top_k, jobs=jobs, progress=_relay(ctx, "sweep")),
-            what="the sweep", deadline_s=SEARCH_S)
+            run_sweep, a.workload, a.cluster, top_k=top_k, within=uncertainty(a.workload.model, a.cluster.gpu).mape,
+            jobs=jobs, progress=_relay(ctx, "sweep")), what="the sweep", deadline_s=SEARCH_S)
         ids = record_sweep(session.ledger, a.run.id, result)
         base = a.workload.effective().as_trial().__dict__
         top = [SweepEntry(trial_id=t.id, tokens_per_s_per_gpu=t.tokens_per_s_per_gpu,
                           memory_per_gpu_gb=t.memory_per_gpu_gb, line=trial_line(t, base))
-               for t in (session.ledger.trial(a.run.id, i) for i in ids)]
+               for t in (session.ledger.trial(a.run.id, i) for i in ids[:top_k])]
         return SweepReport(run_id=a.run.id, space_size=result.space_size, fits=result.fits, wall_s=result.wall_s,
-                           jobs=result.jobs, top=top)
+                           jobs=result.jobs, recorded=len(ids), top=top)
 
     async def export_best(
             out_dir: Annotated[str, Field(description="folder for the artifacts, under the allowed roots")],

@@ -12,6 +12,7 @@ from paratune.calibration.rows import load_rows
 from paratune.oracle.performance.calibration import (
     CALIBRATION_FILE,
     FITTED,
+    SHARED,
     Constants,
     constants_for,
     families,
@@ -31,7 +32,8 @@ def test_fitted_and_held_split_every_constant_once():
         assert not set(values) & set(held_here), fam
         assert set(values) | set(held_here) == set(FITTED), fam
     names = {f.name for f in fields(Constants)}
-    assert set(held["priors"]) == names - set(FITTED)
+    assert set(held["priors"]) == names - set(FITTED) - set(SHARED)
+    assert set(fitted["every_family"]) == set(SHARED)  # fitted once for every family (fit.fit_shared)
     assert set(held["copied"]) == set(fit.COPIES)
     assert set(fitted["families"]) | set(held["copied"]) == set(families())
 

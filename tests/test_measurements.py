@@ -251,3 +251,39 @@ def test_measurements_carry_into_a_new_run_of_the_same_model_and_cluster_and_say
         with Ledger(tmp_path / "b.sqlite") as fresh:
             run = fresh.open_run(w, c)
             assert adopt(fresh, run.id, led).used == 1 and len(fresh.measurements(run.id)) == 1
+
+
+def test_mcp_open_run_takes_the_pairs_earlier_measurements_and_says_how_many_over_stdio(tmp_path):
+    """Measurements belong to the model and cluster (issue 25 item 1), over MCP too: a layout measured at 80 % of
+    its projection in one run is, in a new run of the same pair that `open_run` opens (from the server ledger's
+    earlier run, or from another tune folder given as calibration_from), ranked by that measurement, and
+    open_run says it used 1 measurement. A folder without a ledger is an error naming calibration_from."""
+    workload_file, cluster_file = small_inputs(tmp_path / "inputs")
+    w, c = load_workload(workload_file), load_cluster(cluster_file)
+    (tmp_path / "measured").mkdir()
+    with Ledger(tmp_path / "measured" / "ledger.sqlite") as led:
+        first = led.open_run(w, c)
+        trial = led.record_trial(first.id, w.effective(), evaluate_simulate(w, c), fidelity="simulate", wall_ms=0.0,
+                                 origin="baseline")
+        record(led, first.id, trial.id, 0.8 * trial.tokens_per_s_per_gpu, note="job 1")
+    inputs = {"workload": "inputs/workload.yaml", "cluster": "inputs/cluster.yaml", "resume": False}
+
+    def serve(ledger: str, *calls: tuple[str, dict]) -> list:
+        params = StdioServerParameters(command=PARATUNE, args=["serve", "--ledger", str(tmp_path / ledger),
+                                                               "--allow-root", str(tmp_path)], env=dict(os.environ))
+
+        async def session() -> list:
+            async with Client(params) as client:
+                return [await client.call_tool(tool, args) for tool, args in calls]
+
+        return anyio.run(session)
+
+    for ledger, extra in (("measured/ledger.sqlite", {}), ("fresh.sqlite", {"calibration_from": "measured"})):
+        opened, again = serve(ledger, ("open_run", inputs | extra), ("evaluate_simulate", {"config": {}}))
+        summary, scored = opened.structured_content, again.structured_content
+        assert summary["measurements_used"] == 1, summary
+        assert summary["measurements"].startswith("measurements: using 1 of 1 from earlier runs")
+        assert scored["calibrated"]["measured"]
+        assert scored["calibrated"]["tokens_per_s_per_gpu"] == pytest.approx(0.8 * trial.tokens_per_s_per_gpu)
+    [missing] = serve("fresh.sqlite", ("open_run", inputs | {"calibration_from": "inputs"}))
+    assert missing.is_error and "calibration_from" in missing.content[0].text, missing.content[0].text

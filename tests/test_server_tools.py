@@ -13,6 +13,7 @@ import yaml
 from mcp.shared.exceptions import MCPError
 
 from paratune.oracle.errors import InputError
+from paratune.oracle.performance.uncertainty import uncertainty
 from paratune.oracle.specs import TrialConfig
 from paratune.server.paths import AllowedRoots
 
@@ -233,6 +234,21 @@ def test_sweep_records_its_top_k_with_progress(call):
     assert {t.origin for t in call.session.ledger.trials(run_id)} == {"sweep"}
     assert call.session.ledger.sweep_summaries(run_id)[0].space_size == report["space_size"]
     assert "jobs: input should be less than or equal to" in error(call("sweep", jobs=10_000))
+
+
+def test_sweep_keeps_the_layouts_within_the_error_for_the_robust_pick_as_tune_does(call):
+    """Issue 25 item 2 over MCP: the robust pick weighs more than the top-k cut. With top_k 1 the sweep records,
+    as `paratune tune` does, the layouts within the oracle's stated error of the best (planner/sweep.py KEEP),
+    and export_best's robust pick counts them."""
+    report = ok(call("sweep", top_k=1))
+    a = call.session.active
+    mape = uncertainty(a.workload.model, a.cluster.gpu).mape
+    trials = call.session.ledger.trials(a.run.id)
+    best = max(t.tokens_per_s_per_gpu for t in trials)
+    assert len(report["top"]) == 1 and report["recorded"] == len(trials) > 1
+    assert all(t.tokens_per_s_per_gpu >= (1 - mape) * best for t in trials)
+    pick = ok(call("export_best", out_dir="out"))["pick"]
+    assert pick["within_error"] >= len(trials) - 1  # and the user's own layout, which export_best adds
 
 
 def test_server_answers_while_a_sweep_runs(call):

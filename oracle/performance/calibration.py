@@ -1,8 +1,8 @@
-"""Calibration constants (calibration.yaml): a few fitted numbers per GPU family and held values that
-are not fitted. The YAML keeps the two apart: `fitted:` (per-family values, the GPUs with rows, what
-each group was fitted on)
-and `held:` (families that copy a fitted one, per-family constants no group fits, the shared priors),
-each held value with its source or reason. Written by calibration/fit.py."""
+"""Calibration constants (calibration.yaml): a few fitted numbers per GPU family, fitted constants shared
+by every family, and held values that are not fitted. The YAML keeps them apart: `fitted:` (per-family
+values, the shared ones, the GPUs with rows, what each group was fitted on) and `held:` (families that
+copy a fitted one, per-family constants no group fits, the shared priors), each held value with its
+source or reason. Written by calibration/fit.py."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ..specs import GPUSpec
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "launch_us")
+SHARED = ("overlap_cost",)  # fitted once over every family's rows (calibration/fit.py `fit_shared`)
 # Families the YAML does not list borrow the constants of a measured one of the same vendor.
 _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
 
@@ -32,6 +33,9 @@ class Constants:
     attn_eff: float  # fraction of the BF16 peak flash attention reaches
     tp_exposed: float  # fraction of TP/SP collective time not hidden behind GEMMs (without tp_comm_overlap)
     launch_us: float  # host time to issue one kernel launch of a layer (host_issue.py)
+    # fitted once over every family's rows (calibration/fit.py `fit_shared`): no published on/off pair of
+    # Megatron's TP overlap was found; the rows that run TE's userbuffers beside those that do not identify it
+    overlap_cost: float  # compute lost per ms of DP/FSDP/TP/EP traffic hidden behind it (SMs/CUs and HBM it takes)
     # held priors (not fitted; held.priors in calibration.yaml, each with its source or reason)
     gemm_model: str  # "auto": Origami where installed and it knows the GPU, else the roofline; "roofline"
     hbm_eff: float  # fraction of HBM bandwidth memory-bound kernels reach
@@ -43,7 +47,6 @@ class Constants:
     gemm_latency_us: float  # fixed cost of one GEMM kernel
     gemm_k_overhead: float  # per-tile prologue/epilogue, in K steps (small-K GEMMs run below peak)
     grad_bucket_params: float  # parameters per gradient bucket (Megatron DDP default 40M)
-    overlap_cost: float  # compute lost per ms of DP/FSDP/TP/EP traffic hidden behind it (SMs/CUs and HBM it takes)
 
 
 @cache
@@ -68,10 +71,11 @@ def family_of(gpu: GPUSpec) -> str:
 
 @cache
 def constants_for(family: str) -> Constants:
-    """Constants of one family (fitted values + the held ones)."""
+    """Constants of one family (its fitted values, the shared fitted ones, the held ones)."""
     data = _load()
     fam = families()[family]
     values: dict[str, Any] = {k: float(fam[k]) for k in FITTED}
+    values |= {k: float(data["fitted"]["every_family"][k]) for k in SHARED}
     values |= {k: v if isinstance(v, str) else float(v) for k, v in data["held"]["priors"].items()}
     return Constants(**values)
 
