@@ -43,29 +43,18 @@ REPEATS = 3
 LAYOUTS = 1000
 
 
-def memory_scalar(model, cfgs, cluster) -> float:
+def per_point(fn, model, cfgs, cluster) -> float:
+    """Evaluations/s of `fn` called on each layout."""
     start = time.perf_counter()
     for cfg in cfgs:
-        estimate_memory(model, cfg, cluster)
+        fn(model, cfg, cluster)
     return len(cfgs) / (time.perf_counter() - start)
 
 
-def memory_batch(model, cfgs, cluster) -> float:
+def batched(fn, model, cfgs, cluster) -> float:
+    """Evaluations/s of `fn` called once on all the layouts."""
     start = time.perf_counter()
-    estimate_memory_batch(model, cfgs, cluster)
-    return len(cfgs) / (time.perf_counter() - start)
-
-
-def simulate_scalar(model, cfgs, cluster) -> float:
-    start = time.perf_counter()
-    for cfg in cfgs:
-        simulated_tokens_per_s_per_gpu(model, cfg, cluster)
-    return len(cfgs) / (time.perf_counter() - start)
-
-
-def simulate_batch(model, cfgs, cluster) -> float:
-    start = time.perf_counter()
-    simulated_tokens_per_s_per_gpu_batch(model, cfgs, cluster)
+    fn(model, cfgs, cluster)
     return len(cfgs) / (time.perf_counter() - start)
 
 
@@ -100,14 +89,16 @@ def one_pass(batch_first: bool) -> dict[str, list[float]]:
                 break
         variants = bound_variants(m)
         legal = [cfg for cfg in cfgs if not validate(model, cfg, cluster)]
-        if batch_first:  # the first run of a pair fills the caches the second one reads
-            mb, ms = memory_batch(model, cfgs, cluster), memory_scalar(model, cfgs, cluster)
-            bb, bs = bound_batch(model, layouts, cluster, variants), bound_scalar(model, layouts, cluster, variants)
-            sb, ss = simulate_batch(model, legal, cluster), simulate_scalar(model, legal, cluster)
-        else:
-            ms, mb = memory_scalar(model, cfgs, cluster), memory_batch(model, cfgs, cluster)
-            bs, bb = bound_scalar(model, layouts, cluster, variants), bound_batch(model, layouts, cluster, variants)
-            ss, sb = simulate_scalar(model, legal, cluster), simulate_batch(model, legal, cluster)
+        runs = [(per_point, estimate_memory, cfgs), (batched, estimate_memory_batch, cfgs),
+                (bound_scalar, None, layouts), (bound_batch, None, layouts),
+                (per_point, simulated_tokens_per_s_per_gpu, legal),
+                (batched, simulated_tokens_per_s_per_gpu_batch, legal)]
+        figures = [0.0] * len(runs)
+        for pair in range(0, len(runs), 2):  # the first run of a pair fills the caches the second one reads
+            for k in ((pair + 1, pair) if batch_first else (pair, pair + 1)):
+                how, fn, items = runs[k]
+                figures[k] = how(model, items, cluster, variants) if fn is None else how(fn, model, items, cluster)
+        ms, mb, bs, bb, ss, sb = figures
         out[workload.name] = [ms, mb, bs, bb, ss, sb]
     return out
 
