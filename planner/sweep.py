@@ -6,8 +6,15 @@ first; a worker skips a layout, without even its memory checks, when that upper 
 below the k-th best it has scored so far, since none of its points can then enter the top-k. In a
 layout it does score, each point gets the memory pre-filter, then the same test with the bound of its
 group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode), and is
-simulated only if it passes; once a group loses, its other points are skipped unchecked. The result
-equals scoring every fitting point, ties broken by config key.
+simulated only if it passes. The result equals scoring every fitting point, ties broken by config key.
+
+A worker takes the layouts in blocks (1, 2, 4, ... up to `SCORE_BLOCK`, best bounds first: small blocks fill
+its top-k early) and runs each step over the whole block at once (issue 26): the layout test against the
+top-k as the block starts, the memory of every point of the layouts left (`estimate_memory_batch`, numpy), the
+bounds of the groups with a fitting point (`iteration_bounds`), and the simulation of the points left
+(`simulated_tokens_per_s_per_gpu_batch`: the timelines of one pipeline program run over arrays); each
+batched call equals its scalar one to the last bit, so only which points are skipped depends on the blocks,
+never the top-k. Per-point Python objects remain: every point of a scored layout gets its `EffectiveConfig`.
 
 With `within` (the oracle's stated error, which the robust pick chooses within, `planner/pick.py`), the
 sweep ranks `KEEP` more points than the top-k and returns those of them within that share of the best
@@ -25,15 +32,16 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
+import numpy as np
 from pydantic import BaseModel
 
 from paratune.oracle.cancel import checkpoint
 from paratune.oracle.evaluate import evaluate_config
-from paratune.oracle.memory import estimate_memory
-from paratune.oracle.performance import iteration_bound, tokens_per_s_per_gpu
+from paratune.oracle.memory.estimate import estimate_memory_batch
+from paratune.oracle.performance import tokens_per_s_per_gpu
 from paratune.oracle.performance.bound import iteration_bounds
-from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu
-from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
+from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu_batch
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
 
 from .space import (
     bound_variants,
@@ -50,7 +58,7 @@ class SweepResult(BaseModel):
 
     space_size: every legal point. scored: points simulated. pruned: points a bound ruled out unsimulated
     (a whole layout, or a point whose FP8 / MoE dispatcher / overlap / DP sharding group lost). fits: points found to
-    fit in memory; a point is not checked once its layout or group is ruled out. top: the top-k, then the
+    fit in memory; a point is not checked once its layout is ruled out. top: the top-k, then the
     other ranked points within `within` of the best."""
 
     space_size: int
@@ -63,6 +71,7 @@ class SweepResult(BaseModel):
 
 
 BLOCK = 512  # layouts whose bounds are computed together (a stopped caller is heard between blocks)
+SCORE_BLOCK = 64  # the most layouts a worker scores at once (`_score_block`; `_blocks`)
 KEEP = 50  # points ranked beyond the top-k when `within` is set, for the robust pick (module doc)
 Ranked = tuple[float, str, EffectiveConfig]  # (tokens/s/GPU, config key, config): tuple order = ranking
 _CTX: dict = {}
@@ -79,21 +88,19 @@ def _knobs(layout: dict) -> tuple:
     return layout_knobs(_CTX["workload"], layout, _CTX["menu"])
 
 
-def _best_tps(cfg: EffectiveConfig, any_knobs: bool) -> float:
-    """Upper bound on the tokens/s/GPU of `cfg` under any recompute mode or, with `any_knobs`, any
-    feature knobs."""
-    workload, cluster = _CTX["workload"], _CTX["cluster"]
-    return tokens_per_s_per_gpu(cfg, cluster.world_size,
-                                iteration_bound(workload.model, cfg, cluster, any_knobs=any_knobs,
-                                                variants=_CTX["variants"]))
-
-
 def _layout_bounds(layouts: list[dict]) -> list[float]:
     """Upper bound on the tokens/s/GPU of every point of each of `layouts`, computed together (the
     timelines of layouts with one pipeline shape run over arrays, `iteration_bounds`)."""
-    workload, cluster = _CTX["workload"], _CTX["cluster"]
+    workload = _CTX["workload"]
     cfgs = [workload.effective(next(knob_points(*_knobs(x)))) for x in layouts]
-    bounds = iteration_bounds(workload.model, cfgs, cluster, any_knobs=True, variants=_CTX["variants"])
+    return _bound_tps(cfgs, any_knobs=True)
+
+
+def _bound_tps(cfgs: list[EffectiveConfig], *, any_knobs: bool) -> list[float]:
+    """Upper bound on the tokens/s/GPU of each of `cfgs` under any recompute mode or, with `any_knobs`, any
+    feature knobs (`iteration_bounds`)."""
+    workload, cluster = _CTX["workload"], _CTX["cluster"]
+    bounds = iteration_bounds(workload.model, cfgs, cluster, any_knobs=any_knobs, variants=_CTX["variants"])
     return [tokens_per_s_per_gpu(cfg, cluster.world_size, t) for cfg, t in zip(cfgs, bounds)]
 
 
@@ -103,36 +110,41 @@ def _loses(tps: float) -> bool:
     return len(top) == _CTX["top_k"] and tps < top[0][0]
 
 
-def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ranked]]:
-    """(points, fits, scored, pruned, entries into this worker's top-k) of one layout and its bound."""
-    layout, bound = task
+def _group(trial: TrialConfig) -> tuple:
+    """The feature knobs of a point but recompute, which the point bound of its group covers."""
+    return (trial.fp8, trial.moe_token_dispatcher_type, trial.moe_flex_dispatcher_backend, trial.use_turbo_deepep,
+            trial.moe_grouped_gemm, trial.overlap_moe_expert_parallel_comm, trial.tp_comm_overlap,
+            trial.use_torch_fsdp2)
+
+
+def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, int, list[Ranked]]:
+    """(layouts, points, fits, scored, pruned, entries into this worker's top-k) of a block of layouts with
+    their bounds, each step over the whole block at once (module doc)."""
     workload, cluster, top = _CTX["workload"], _CTX["cluster"], _CTX["top"]
-    points = knob_count(*_knobs(layout))
-    if _loses(bound):
-        return points, 0, 0, points, []
-    unchecked = fits = scored = 0
-    bounds: dict[tuple, float] = {}  # by every feature knob but recompute, which the bound covers
+    model = workload.model
+    points = pruned = 0
+    cfgs: list[EffectiveConfig] = []
+    groups: list[tuple] = []
+    for n, (layout, bound) in enumerate(tasks):
+        count = knob_count(*_knobs(layout))
+        points += count
+        if _loses(bound):
+            pruned += count
+            continue
+        for trial in knob_points(*_knobs(layout)):
+            cfgs.append(workload.effective(trial))
+            groups.append((n, _group(trial)))
+    memory = estimate_memory_batch(model, cfgs, cluster).total_gb
+    fitting = np.flatnonzero(memory <= cluster.memory_cap_gb).tolist()
+    first: dict[tuple, int] = {}  # each group's first fitting point: its bound holds for the whole group
+    for i in fitting:
+        first.setdefault(groups[i], i)
+    group_tps = dict(zip(first, _bound_tps([cfgs[i] for i in first.values()], any_knobs=False)))
+    survivors = [i for i in fitting if not _loses(group_tps[groups[i]])]
+    rates = simulated_tokens_per_s_per_gpu_batch(model, [cfgs[i] for i in survivors], cluster)
     entered: list[Ranked] = []
-    for trial in knob_points(*_knobs(layout)):
-        knobs = (trial.fp8, trial.moe_token_dispatcher_type, trial.moe_flex_dispatcher_backend, trial.use_turbo_deepep,
-                 trial.moe_grouped_gemm, trial.overlap_moe_expert_parallel_comm, trial.tp_comm_overlap,
-                 trial.use_torch_fsdp2)
-        if knobs in bounds and _loses(bounds[knobs]):
-            unchecked += 1
-            continue
-        cfg = workload.effective(trial)
-        if estimate_memory(workload.model, cfg, cluster).total_gb > cluster.memory_cap_gb:
-            continue
-        fits += 1
-        if knobs not in bounds:
-            bounds[knobs] = _best_tps(cfg, any_knobs=False)
-        if _loses(bounds[knobs]):
-            continue
-        scored += 1
-        tps = simulated_tokens_per_s_per_gpu(workload.model, cfg, cluster)
-        if _loses(tps):
-            continue
-        item = (tps, cfg.key, cfg)
+    for i, tps in zip(survivors, rates):
+        item = (tps, cfgs[i].key, cfgs[i])
         if len(top) < _CTX["top_k"]:
             heapq.heappush(top, item)
         elif item[:2] > top[0][:2]:
@@ -140,7 +152,18 @@ def _score_layout(task: tuple[dict, float]) -> tuple[int, int, int, int, list[Ra
         else:
             continue
         entered.append(item)
-    return points, fits, scored, unchecked + fits - scored, entered
+    return len(tasks), points, len(fitting), len(survivors), pruned + len(fitting) - len(survivors), entered
+
+
+def _blocks(tasks: list[tuple[dict, float]]) -> list[list[tuple[dict, float]]]:
+    """`tasks` (best bound first) cut into blocks of 1, 2, 4, ... up to `SCORE_BLOCK` layouts: a worker's top-k
+    fills from small blocks, so later ones are pruned against it, and then the blocks are large enough to
+    batch (module doc)."""
+    out, i, size = [], 0, 1
+    while i < len(tasks):
+        out.append(tasks[i:i + size])
+        i, size = i + size, min(2 * size, SCORE_BLOCK)
+    return out
 
 
 def _checked(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -161,25 +184,26 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
     layouts = list(enumerate_layouts(workload, cluster))
     bounds = [b for i in range(0, len(layouts), BLOCK) for b in _checked(_layout_bounds, layouts[i:i + BLOCK])]
     tasks = sorted(zip(layouts, bounds), key=lambda t: -t[1])
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(tasks) or 1))
-    counts = [0, 0, 0, 0]
+    blocks = _blocks(tasks)
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(blocks) or 1))
+    counts = [0, 0, 0, 0, 0]
     ranked: list[Ranked] = []
 
     def absorb(parts: Iterable[tuple]) -> None:
-        for done, part in enumerate(parts, 1):
+        for part in parts:
             checkpoint()  # a stopped caller ends the sweep here; leaving the pool's block terminates its workers
-            counts[:] = [a + b for a, b in zip(counts, part[:4])]
-            ranked.extend(part[4])
+            counts[:] = [a + b for a, b in zip(counts, part[:5])]
+            ranked.extend(part[5])
             if progress:
-                progress(done, len(tasks))
+                progress(counts[0], len(tasks))
 
     if jobs == 1:
-        absorb(map(_score_layout, tasks))
+        absorb(map(_score_block, blocks))
     else:
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, ranks)) as pool:
-            absorb(pool.imap_unordered(_score_layout, tasks, chunksize=max(1, len(tasks) // (jobs * 16))))
-    space_size, fits, scored, pruned = counts
+            absorb(pool.imap_unordered(_score_block, blocks))
+    _, space_size, fits, scored, pruned = counts
     best = heapq.nlargest(ranks, ranked, key=lambda t: t[:2])
     floor = (1 - within) * best[0][0] if best else 0.0
     top = [_checked(evaluate_config, workload, cluster, cfg, performance=True)

@@ -1,6 +1,7 @@
 """The oracle over arrays equals the oracle on one layout: `estimate_memory_batch` against `estimate_memory`
 on more than 20,000 random legal layouts across dense, MoE and MLA models, every stack and every pipeline
-schedule, and the sweep's layout bounds (`iteration_bounds`) against `iteration_bound` on 900 of them.
+schedule, the sweep's layout bounds (`iteration_bounds`) against `iteration_bound` on 900 of them, and the
+batched simulation (`simulated_tokens_per_s_per_gpu_batch`) against the scalar one on 2,400.
 
 The scalar call runs the same formulas on plain numbers (`oracle/memory/estimate.py`), so the two must agree
 to the last bit; the test allows a relative difference of 1e-9, as issue 26 states it. The reference numbers
@@ -18,6 +19,7 @@ from paratune.oracle.memory import estimate_memory
 from paratune.oracle.memory.estimate import estimate_memory_batch
 from paratune.oracle.performance import iteration_bound, schedule
 from paratune.oracle.performance.bound import iteration_bounds
+from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu, simulated_tokens_per_s_per_gpu_batch
 from paratune.planner.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -71,7 +73,7 @@ def test_batched_memory_equals_the_scalar_oracle_on_random_legal_layouts():
         batch = estimate_memory_batch(workload.model, cfgs, cluster)
         for i, cfg in enumerate(cfgs):
             one = estimate_memory(workload.model, cfg, cluster)
-            assert _close(batch.total_gb[i], one.total_gb), (w_file, cfg.key)
+            assert batch.total_gb[i] == one.total_gb, (w_file, cfg.key)  # the sweep's fit test reads the batch
             assert _close(batch.param_optimizer_gb[i], one.param_optimizer_gb), (w_file, cfg.key)
             assert _close(batch.activation_gb[i], one.activation_gb), (w_file, cfg.key)
             got = batch.estimate(i)
@@ -103,3 +105,21 @@ def test_batched_layout_bounds_equal_the_scalar_bound(monkeypatch):
             for cfg, got in zip(cfgs, batch):
                 one = iteration_bound(workload.model, cfg, cluster, any_knobs=any_knobs, variants=variants)
                 assert _close(got, one), (w_file, cfg.key, any_knobs)
+
+
+def test_batched_simulation_equals_the_scalar_simulation(monkeypatch):
+    """The sweep ranks by `simulated_tokens_per_s_per_gpu_batch` (timelines of one pipeline program run over
+    arrays) and shows `simulate`'s figures; ties are broken by config key, so the two must agree to the last
+    bit, not just within 1e-9. Ten points per layout: many share a program, and every shared timeline of two
+    or more runs over arrays (`ARRAY_ROWS` lowered from 16)."""
+    monkeypatch.setattr(schedule, "ARRAY_ROWS", 2)
+    rng = random.Random(2027)
+    piped = 0
+    for w_file, c_file, stack in CASES:
+        workload, cluster, layouts = _case(w_file, c_file, stack)
+        cfgs = _random_points(workload, cluster, layouts, 400, rng, per_layout=10)
+        batch = simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster)
+        for cfg, got in zip(cfgs, batch):
+            assert got == simulated_tokens_per_s_per_gpu(workload.model, cfg, cluster), (w_file, cfg.key)
+        piped += sum(cfg.pp > 1 for cfg in cfgs)
+    assert piped >= 1000  # most points run a pipeline timeline

@@ -1,7 +1,7 @@
 """Per-GPU memory of layouts: every pipeline GPU with a distinct set of layers, the largest kept.
 
 Written once, over arrays (issue 26): a batch of layouts becomes a table with one entry per (layout,
-candidate pipeline GPU), each term a numpy array and each branch a `np.where`; the per-layout parts that
+candidate pipeline GPU), each term a numpy array and each branch a 0/1 flag times its term; the per-layout parts that
 several layouts share (parameter counts, activations per token, the pipeline plans) come from cached
 functions. `estimate_memory` is a batch of one; the search checks whole blocks of layouts at once.
 The operations run in the order the per-GPU formulas name them, so a batch and a batch of one agree to
@@ -60,12 +60,12 @@ _RUNTIME = RUNTIME_CONTEXT_GIB * GIB
 
 def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> MemoryEstimate:
     """Per-GPU memory (GiB) of `cfg` training `model` on `cluster`, for the most-loaded pipeline GPU: a
-    batch of one, its columns plain numbers (`_terms` over `SCALAR`; numpy costs more than the
+    batch of one, its columns plain numbers (`_terms` with the builtin `max`; numpy costs more than the
     arithmetic on one layout)."""
-    *row, plans = _row(model, cfg, cluster)
+    row, plans = _row(model, cfg, cluster)
     best = None
     for plan in _plan_columns(plans):
-        terms = _terms(row, plan, SCALAR)
+        terms = _terms(row, plan, max)
         if best is None or terms[0] > best[0][0]:  # the first most-loaded GPU
             best = terms, plan
     assert best is not None  # every layout has a first pipeline GPU
@@ -79,12 +79,12 @@ def estimate_memory_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig], clu
         empty = np.zeros(0)
         return MemoryBatch(empty, empty, empty, np.zeros((_TERMS, 0)), np.zeros((_PLAN_WIDTH, 0)),
                            np.zeros((_ROW_WIDTH, 0)))
-    plans = [r[-1] for r in rows]
+    plans = [r[1] for r in rows]
     counts = np.fromiter((len(p) for p in plans), dtype=np.intp, count=len(plans))
     owner = np.repeat(np.arange(len(rows)), counts)
-    per_row = np.array([r[:-1] for r in rows], dtype=float).reshape(len(rows), _ROW_WIDTH)[owner].T
+    per_row = np.array([r[0] for r in rows], dtype=float).reshape(len(rows), _ROW_WIDTH)[owner].T
     per_plan = np.array([col for p in plans for col in _plan_columns(p)], dtype=float).reshape(-1, _PLAN_WIDTH).T
-    terms = np.stack(_terms(per_row, per_plan, np))
+    terms = np.stack(_terms(per_row, per_plan, np.maximum))
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     total = terms[0]
     peak = np.maximum.reduceat(total, starts)
@@ -94,19 +94,14 @@ def estimate_memory_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig], clu
                        per_plan[:, chosen], per_row[:, chosen])
 
 
-# Columns of one layout (`_row`) and of one candidate GPU's plan (`_plan_columns`), in order.
-(_DENSE_SHARD, _EXPERT_SHARD, _W_SHARDED, _G_SHARDED, _O_SHARDED, _GRAD_B, _OPT_B, _FP8_PRIMARY, _FP8, _COMM,
- _COMM_TRANSIENT, _DEEPEP, _FIXED, _DL_DENSE, _DL_LIN, _ML_DENSE, _ML_EXP, _ML_LIN, _EMB, _OUT_EDGE, _MTP_EMB,
- _MTP_DENSE, _MTP_EXPERT, _MTP_LIN, _ACT_D, _ACT_M, _ACT_IN, _ACT_EMB, _ACT_LOGITS, _ACT_MTP, _STASH_D, _STASH_M,
- _GRAPHS, _GRAPH_SAMPLE, _GRAPH_TOKEN) = range(35)
-_ROW_WIDTH = 35
-(_P_INDEX, _P_ND, _P_NM, _P_EMB, _P_OUT, _P_MTP, _P_DENSE_FULL, _P_MOE_FULL, _P_DENSE_IN, _P_MOE_IN, _P_EMB_MB,
- _P_MTP_MB, _P_DENSE_GROUP, _P_MOE_GROUP, _P_WGRAD_D, _P_WGRAD_M, _P_INFLIGHT) = range(17)
-_PLAN_WIDTH = 17
+# Columns of one layout (`_row`) and of one candidate GPU's plan (`_plan_columns`), in the order `_terms`
+# unpacks them; the ones read outside `_terms` by name.
+_ROW_WIDTH, _COMM, _DEEPEP = 35, 9, 11
+_PLAN_WIDTH, _P_INDEX, _P_INFLIGHT = 19, 0, 16
 _TERMS = 19  # rows of `_terms`
 
 
-def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple:
+def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[tuple, tuple[DevicePlan, ...]]:
     """The layout-wide terms of `cfg` (`_ROW_WIDTH` numbers, bytes or counts) and its candidate GPUs'
     plans: everything the per-GPU arithmetic (`_terms`) reads."""
     g = model_shape(model)
@@ -139,9 +134,9 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple:
     # 6 + 12/DP of theoretical_memory_usage.py assumes CP = 1) and expert-DP for expert parameters.
     # Torch FSDP2 shards weights, gradients and optimizer state over the same groups; Megatron-FSDP
     # shards what its data_parallel_sharding_strategy names (optim, optim_grads, optim_grads_params).
-    w_sharded, g_sharded, o_sharded = _sharding(c)
+    w_sharded, g_sharded, o_sharded = map(float, _sharding(c))  # flags 0.0 / 1.0, as `_terms` multiplies
     # FP8 primary weights: the linear weights have no bf16 copy, only the FP8 one (state_bytes.py).
-    fp8_primary = fp8 and c["fp8_param_gather"]
+    fp8_primary = float(fp8 and c["fp8_param_gather"])
 
     deepep_on = c["use_turbo_deepep"] or c["moe_token_dispatcher_type"] == "flex"
     comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on,
@@ -156,90 +151,77 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple:
         graph_token = ACT_BYTES * g.h * (tokens / tp if sp else tokens)
         graph_mask = c["mbs"] * (c["seq_length"] / cp) * c["seq_length"]  # one byte per boolean mask entry
         graph_sample = cuda_graph_sample_bytes(c["cuda_graph_scope"], graph_token, graph_mask)
-    return (dp * cp, edp, w_sharded, g_sharded, o_sharded, grad_bytes(cfg), optimizer_bytes(cfg), fp8_primary, fp8,
-            comm_nccl + comm_transient, comm_transient, deepep, comm_nccl + comm_transient + deepep + _RUNTIME,
+    return (dp * cp, edp, w_sharded, g_sharded, o_sharded, grad_bytes(cfg), optimizer_bytes(cfg), fp8_primary,
+            float(fp8), comm_nccl + comm_transient, comm_transient, deepep,
+            comm_nccl + comm_transient + deepep + _RUNTIME,
             dense_l.dense, dense_l.linear, moe_l.dense, moe_l.expert, moe_l.linear,
             edge.embedding, edge.output + edge.final_norm, edge.mtp_embedding, edge.mtp.dense, edge.mtp.expert,
             edge.mtp.linear, acts.dense * tokens, acts.moe * tokens, acts.layer_input * tokens,
             eacts.embedding * tokens, eacts.logits * tokens, g.mtp_layers * mtp_body * tokens,
-            acts.dense_wgrad * tokens, acts.moe_wgrad * tokens, graph_impl != "none", graph_sample, graph_token,
-            plans)
+            acts.dense_wgrad * tokens, acts.moe_wgrad * tokens, float(graph_impl != "none"), graph_sample,
+            graph_token), plans
 
 
 @by_identity(maxsize=16384)
 def _plan_columns(plans: tuple[DevicePlan, ...]) -> tuple[tuple[float, ...], ...]:
     """`_PLAN_WIDTH` numbers per candidate GPU, once per plans object (`device_plans` is cached): a
     recompute group counts through the most layers it recomputes at once, per layer type (the transient
-    of the largest group, `_terms`)."""
-    return tuple((p.index, p.dense_layers, p.moe_layers, p.has_embedding, p.has_output, p.has_mtp, p.dense_full_mb,
-                  p.moe_full_mb, p.dense_input_mb, p.moe_input_mb, p.embedding_mb, p.mtp_mb,
-                  max((n for n, has_d, _ in p.recompute_groups if has_d), default=0.0),
+    of the largest group, `_terms`); flags are 0.0 / 1.0, as `_terms` multiplies by them."""
+    return tuple((p.index, p.dense_layers, p.moe_layers, float(p.has_embedding), float(p.has_output),
+                  float(p.has_mtp), p.dense_full_mb, p.moe_full_mb, p.dense_input_mb, p.moe_input_mb, p.embedding_mb,
+                  p.mtp_mb, max((n for n, has_d, _ in p.recompute_groups if has_d), default=0.0),
                   max((n for n, _, has_m in p.recompute_groups if has_m), default=0.0),
-                  p.wgrad_dense_mb, p.wgrad_moe_mb, p.inflight) for p in plans)
+                  p.wgrad_dense_mb, p.wgrad_moe_mb, p.inflight, float(p.dense_layers > 0), float(p.moe_layers > 0))
+                 for p in plans)
 
 
-class _Scalar:
-    """`np.where` and `np.maximum` on plain numbers: `_terms` of one (layout, GPU) pair."""
-
-    @staticmethod
-    def where(condition: bool, a: float, b: float) -> float:
-        return a if condition else b
-
-    maximum = staticmethod(max)
-
-
-SCALAR = _Scalar()
-
-
-def _terms(r: Any, p: Any, xp: Any) -> tuple:
+def _terms(r: Any, p: Any, maximum: Any) -> tuple:
     """Every GiB term of each (layout, candidate GPU) pair, bytes: `r` the layout's columns (`_row`), `p` the
-    GPU's (`_plan_columns`), as numpy arrays (one pair per element, `xp` = numpy) or plain numbers (`xp` =
-    `SCALAR`): the formulas are written once for both. In order: total, param+optimizer, activation, then
-    weights, grads, optimizer, FP8 copies, the activation terms (dense, MoE, MTP, embedding, logits,
-    recompute transient, W stash), allocator, CUDA graphs, and the dense / expert / edge parameter counts."""
+    GPU's (`_plan_columns`), as rows of numpy arrays (one pair per element, `maximum` = `np.maximum`) or
+    plain numbers (`maximum` = `max`): the formulas are written once for both. A branch is a 0/1 flag
+    times its term (`x + flag * y`, `flag * a + (1 - flag) * b`): exact, since the terms are finite, and
+    neither a function call per branch on plain numbers nor a `np.where` on arrays. In order: total,
+    param+optimizer, activation, then weights, grads, optimizer, FP8 copies, the activation terms
+    (dense, MoE, MTP, embedding, logits, recompute transient, W stash), allocator, CUDA graphs, and the
+    dense / expert / edge parameter counts."""
+    (dense_shard, expert_shard, w_sharded, g_sharded, o_sharded, grad_b, opt_b, fp8_primary, fp8, _, comm_transient,
+     _, fixed, dl_dense, dl_lin, ml_dense, ml_exp, ml_lin, emb, out_edge, mtp_emb, mtp_dense, mtp_expert, mtp_lin,
+     act_d, act_m, act_in, act_emb, act_logits, act_mtp, stash_d, stash_m, graphed, graph_sample, graph_token) = r
+    (_, nd, nm, has_emb, has_out, has_mtp, dense_full, moe_full, dense_in, moe_in, emb_mb, mtp_mb, dense_group,
+     moe_group, wgrad_d, wgrad_m, inflight, has_d, has_m) = p
     # ---- parameters ------------------------------------------------------------------------------
-    nd, nm = p[_P_ND], p[_P_NM]
-    has_out, has_mtp = p[_P_OUT] > 0, p[_P_MTP] > 0
-    p_dense = nd * r[_DL_DENSE] + nm * r[_ML_DENSE]
-    p_expert = nm * r[_ML_EXP]
-    p_linear = nd * r[_DL_LIN] + nm * r[_ML_LIN]
-    p_edge = xp.where(p[_P_EMB] > 0, r[_EMB], 0.0)
-    p_edge = xp.where(has_out, p_edge + r[_OUT_EDGE], p_edge)
-    p_edge = xp.where(has_mtp, p_edge + r[_MTP_EMB], p_edge)
-    p_dense = xp.where(has_mtp, p_dense + r[_MTP_DENSE], p_dense)
-    p_expert = xp.where(has_mtp, p_expert + r[_MTP_EXPERT], p_expert)
-    p_linear = xp.where(has_mtp, p_linear + r[_MTP_LIN], p_linear)
-    p_dense = p_dense + p_edge
-    local = p_dense / r[_DENSE_SHARD] + p_expert / r[_EXPERT_SHARD]
+    p_edge = has_emb * emb + has_out * out_edge + has_mtp * mtp_emb
+    p_dense = nd * dl_dense + nm * ml_dense + has_mtp * mtp_dense + p_edge
+    p_expert = nm * ml_exp + has_mtp * mtp_expert
+    p_linear = nd * dl_lin + nm * ml_lin + has_mtp * mtp_lin
+    local = p_dense / dense_shard + p_expert / expert_shard
     held = p_dense + p_expert
     # the largest layer, unsharded
-    big = xp.maximum(xp.where(nd > 0, r[_DL_DENSE], 0.0), xp.where(nm > 0, r[_ML_DENSE] + r[_ML_EXP], 0.0))
-    big_lin = xp.maximum(xp.where(nd > 0, r[_DL_LIN], 0.0), xp.where(nm > 0, r[_ML_LIN], 0.0))
-    w_sharded = r[_W_SHARDED] > 0  # the current and the prefetched layer are gathered at once
-    w_params = xp.where(w_sharded, local + FSDP_UNSHARDED_WEIGHT_LAYERS * big, held)
-    lin = xp.where(w_sharded, FSDP_UNSHARDED_WEIGHT_LAYERS * big_lin, p_linear)
-    weights = WEIGHT_BYTES * (w_params - xp.where(r[_FP8_PRIMARY] > 0, lin, 0.0))
-    fp8_copies = xp.where(r[_FP8] > 0, FP8_WEIGHT_COPY_BYTES * lin, 0.0)
-    grads = r[_GRAD_B] * xp.where(r[_G_SHARDED] > 0, local + FSDP_UNSHARDED_GRAD_LAYERS * big, held)
-    optimizer = r[_OPT_B] * xp.where(r[_O_SHARDED] > 0, local, held)
+    big = maximum(has_d * dl_dense, has_m * (ml_dense + ml_exp))
+    big_lin = maximum(has_d * dl_lin, has_m * ml_lin)
+    # the current and the prefetched layer are gathered at once
+    w_params = w_sharded * (local + FSDP_UNSHARDED_WEIGHT_LAYERS * big) + (1 - w_sharded) * held
+    lin = w_sharded * (FSDP_UNSHARDED_WEIGHT_LAYERS * big_lin) + (1 - w_sharded) * p_linear
+    weights = WEIGHT_BYTES * (w_params - fp8_primary * lin)
+    fp8_copies = fp8 * (FP8_WEIGHT_COPY_BYTES * lin)
+    grads = grad_b * (g_sharded * (local + FSDP_UNSHARDED_GRAD_LAYERS * big) + (1 - g_sharded) * held)
+    optimizer = opt_b * (o_sharded * local + (1 - o_sharded) * held)
 
     # ---- activations -----------------------------------------------------------------------------
-    act_d, act_m, act_in = r[_ACT_D], r[_ACT_M], r[_ACT_IN]
-    a_dense = p[_P_DENSE_FULL] * act_d + p[_P_DENSE_IN] * act_in
-    a_moe = p[_P_MOE_FULL] * act_m + p[_P_MOE_IN] * act_in
-    a_emb = p[_P_EMB_MB] * r[_ACT_EMB]
-    a_logits = xp.where(has_out, r[_ACT_LOGITS], 0.0)  # the last chunk runs each backward right after its forward
-    a_mtp = xp.where(has_mtp, p[_P_MTP_MB] * r[_ACT_MTP], 0.0)
+    a_dense = dense_full * act_d + dense_in * act_in
+    a_moe = moe_full * act_m + moe_in * act_in
+    a_emb = emb_mb * act_emb
+    a_logits = has_out * act_logits  # the last chunk runs each backward right after its forward
+    a_mtp = has_mtp * (mtp_mb * act_mtp)
     # the backward of a recomputed group holds its full activations for one micro-batch
-    a_transient = xp.maximum(p[_P_DENSE_GROUP] * act_d, p[_P_MOE_GROUP] * act_m)
-    a_stash = p[_P_WGRAD_D] * r[_STASH_D] + p[_P_WGRAD_M] * r[_STASH_M]
+    a_transient = maximum(dense_group * act_d, moe_group * act_m)
+    a_stash = wgrad_d * stash_d + wgrad_m * stash_m
     activation = a_dense + a_moe + a_emb + a_logits + a_mtp + a_transient + a_stash
 
     param_opt = weights + grads + optimizer + fp8_copies
-    graphs = xp.where(r[_GRAPHS] > 0, cuda_graph_buffers(p[_P_INFLIGHT] * (nd + nm), r[_GRAPH_SAMPLE],
-                                                          r[_GRAPH_TOKEN]), 0.0)
-    alloc = allocator_overhead(activation + r[_COMM_TRANSIENT])
-    total = param_opt + activation + alloc + r[_FIXED] + graphs
+    graphs = graphed * cuda_graph_buffers(inflight * (nd + nm), graph_sample, graph_token)
+    alloc = allocator_overhead(activation + comm_transient)
+    total = param_opt + activation + alloc + fixed + graphs
     return (total, param_opt, activation, weights, grads, optimizer, fp8_copies, a_dense, a_moe, a_mtp,
             a_emb, a_logits, a_transient, a_stash, alloc, graphs, p_dense, p_expert, p_edge)
 

@@ -9,6 +9,7 @@ schedule simulation's per-rank ends, and each rank's data-parallel traffic and o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -24,7 +25,7 @@ from .context import Ctx
 from .ep_bandwidth import dispatch_backend
 from .host_issue import captured
 from .layers import embedding, mtp_module, output_head, transformer_layer
-from .schedule import rank_end_times, rank_of, virtual_stages
+from .schedule import rank_end_times, rank_end_times_many, rank_of, timeline_inputs, virtual_stages
 from .work import ATTN, ELEM, GEMM, OVH, RECOMPUTE_MODULES, Work
 
 COMPUTE = (GEMM, ATTN, ELEM, OVH)  # the components of a layer's compute (benchmark mode measures these)
@@ -202,6 +203,27 @@ def pipeline_ends(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline, m: i
     if pl.p == 1:
         return (m * (sum(f) + sum(b) + sum(w)),)
     return rank_end_times(pl.schedule, pl.p, pl.v, m, f, b, w, p2p_times(ctx, cfg, world, pl))
+
+
+def pipeline_ends_batch(world: int, layouts: Sequence[tuple[Ctx, EffectiveConfig, Pipeline, tuple[float, ...],
+                                                             tuple[float, ...], tuple[float, ...]]]
+                        ) -> list[tuple[float, ...]]:
+    """`pipeline_ends` of many layouts (each `(ctx, cfg, pl, f, b, w)`, its own micro-batches): the timelines of
+    the layouts that share a program (schedule, PP, VPP, micro-batches) run together over arrays
+    (`schedule.rank_end_times_many`)."""
+    out: list[tuple[float, ...]] = [()] * len(layouts)
+    shared: dict[tuple[str, int, int, int], list[int]] = {}
+    for i, (ctx, cfg, pl, f, b, w) in enumerate(layouts):
+        if pl.p == 1:
+            out[i] = pipeline_ends(ctx, cfg, world, pl, pl.m, f, b, w)
+        else:
+            shared.setdefault((pl.schedule, pl.p, pl.v, pl.m), []).append(i)
+    for (schedule, p, v, m), rows in shared.items():
+        inputs = [timeline_inputs(schedule, *layouts[i][3:], p2p_times(*layouts[i][:2], world, layouts[i][2]))
+                  for i in rows]
+        for i, ends in zip(rows, rank_end_times_many(schedule, p, v, m, inputs)):
+            out[i] = ends
+    return out
 
 
 def p2p_times(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline) -> tuple[float, ...]:

@@ -218,17 +218,30 @@ def rank_end_times_batch(schedule: str, p: int, v: int, m: int,
     return [tuple(row) for row in ends.tolist()]
 
 
+def rank_end_times_many(schedule: str, p: int, v: int, m: int,
+                        inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]]) -> list[tuple[float, ...]]:
+    """`rank_end_times` of many layouts with one program, any m (`inputs`: each one's `timeline_inputs`): the
+    distinct inputs run together (`rank_end_times_batch`); beyond 3p micro-batches the ends of 2p (lo) and
+    3p (hi) are extrapolated, lo + k·(hi - lo) with k = (m - 2p)/p (the timeline's steady state repeats
+    per p micro-batches). The same operations on each layout as on one, so a batch agrees to the last bit."""
+    unique = list(dict.fromkeys(inputs))
+    if m <= 3 * p:
+        ends = rank_end_times_batch(schedule, p, v, m, unique)
+    else:
+        k = (m - 2 * p) / p
+        lows = rank_end_times_batch(schedule, p, v, 2 * p, unique)
+        highs = rank_end_times_batch(schedule, p, v, 3 * p, unique)
+        ends = [tuple(a + k * (z - a) for a, z in zip(lo, hi)) for lo, hi in zip(lows, highs)]
+    by_input = dict(zip(unique, ends))
+    return [by_input[x] for x in inputs]
+
+
 @lru_cache(maxsize=8192)
 def rank_end_times(schedule: str, p: int, v: int, m: int, f: tuple[float, ...], b: tuple[float, ...],
                    w: tuple[float, ...], p2p: tuple[float, ...]) -> tuple[float, ...]:
-    """When each pipeline rank finishes its last op of the iteration (ms).
+    """When each pipeline rank finishes its last op of the iteration (ms): a batch of one
+    (`rank_end_times_many`).
 
     f, b, w: per virtual stage durations (for schedules without a separate W, pass W folded into b
     and zeros in w); p2p: transfer time across each of the V-1 stage boundaries."""
-    durations, edges = timeline_inputs(schedule, f, b, w, p2p)
-    if m <= 3 * p:
-        return tuple(_run(schedule, p, v, m, durations, edges))
-    lo = _run(schedule, p, v, 2 * p, durations, edges)
-    hi = _run(schedule, p, v, 3 * p, durations, edges)
-    k = (m - 2 * p) / p
-    return tuple(a + k * (z - a) for a, z in zip(lo, hi))
+    return rank_end_times_many(schedule, p, v, m, [timeline_inputs(schedule, f, b, w, p2p)])[0]

@@ -9,12 +9,15 @@ The pieces are `pipeline.py`'s, shared with `iteration_bound` and benchmark mode
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..layout import layout_facts
 from ..model_shape import model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .calibration import Constants, constants
+from .context import Ctx
 from .flops import model_flops_per_token
 from .pipeline import (
     Block,
@@ -26,6 +29,7 @@ from .pipeline import (
     dp_and_optimizer,
     layer_context,
     pipeline_ends,
+    pipeline_ends_batch,
     rank_chunks,
     rank_params,
     recompute_indices,
@@ -60,12 +64,34 @@ def simulated_tokens_per_s_per_gpu(model: ModelArch, cfg: EffectiveConfig, clust
     return tokens_per_s_per_gpu(cfg, cluster.world_size, _slowest_rank(model, cfg, cluster, None, None)[0][0])
 
 
-def _slowest_rank(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None,
-                  compute_scale: tuple[tuple[float, float], tuple[float, float]] | None) -> tuple:
-    """((iteration ms, the slowest rank's stages, its exposed DP ms, optimizer ms, bubble ms), the stages,
-    the blocks, the recompute modules, micro-batches) of a layout."""
+def simulated_tokens_per_s_per_gpu_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig],
+                                         cluster: ClusterSpec) -> list[float]:
+    """`simulated_tokens_per_s_per_gpu` of each layout in `cfgs`: the pipeline timelines of the layouts that
+    share one program run together over arrays (`pipeline_ends_batch`); the same operations on each layout
+    as on one, so the two agree to the last bit."""
     world = cluster.world_size
-    facts = layout_facts(model, cfg, world)
+    prepared = [_prepared(model, cfg, cluster, None, None) for cfg in cfgs]
+    ends = pipeline_ends_batch(world, [(x.ctx, cfg, x.pl, x.f, x.b, x.w) for x, cfg in zip(prepared, cfgs)])
+    return [tokens_per_s_per_gpu(cfg, world, _slowest(cfg, x, e)[0]) for cfg, x, e in zip(cfgs, prepared, ends)]
+
+
+class _Prepared(NamedTuple):
+    """A layout's pipeline, layer context, virtual stages, blocks, recompute modules and per-stage F, B, W ms."""
+
+    pl: Pipeline
+    ctx: Ctx
+    stages: tuple[Chunk, ...]
+    parts: tuple[Block, ...]
+    modules: tuple[int, ...]
+    f: tuple[float, ...]
+    b: tuple[float, ...]
+    w: tuple[float, ...]
+
+
+def _prepared(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None,
+              compute_scale: tuple[tuple[float, float], tuple[float, float]] | None) -> _Prepared:
+    """Everything of a layout the pipeline timeline and the slowest rank read."""
+    facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
     ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
     stages = chunks(model, facts)
@@ -75,19 +101,33 @@ def _slowest_rank(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, 
         parts = (parts[0].rescaled(*dense_scale), parts[1].rescaled(*moe_scale), parts[2], parts[3])
     modules = recompute_indices(facts)
     f, b, w = stage_times(stages, parts, modules)
-    m = pl.m
-    ends = pipeline_ends(ctx, cfg, world, pl, m, f, b, w)
+    return _Prepared(pl, ctx, stages, parts, modules, f, b, w)
+
+
+def _slowest_rank(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None,
+                  compute_scale: tuple[tuple[float, float], tuple[float, float]] | None) -> tuple:
+    """((iteration ms, the slowest rank's stages, its exposed DP ms, optimizer ms, bubble ms), the stages,
+    the blocks, the recompute modules, micro-batches) of a layout."""
+    x = _prepared(model, cfg, cluster, consts, compute_scale)
+    ends = pipeline_ends(x.ctx, cfg, cluster.world_size, x.pl, x.pl.m, x.f, x.b, x.w)
+    return _slowest(cfg, x, ends), x.stages, x.parts, x.modules, x.pl.m
+
+
+def _slowest(cfg: EffectiveConfig, x: _Prepared, ends: tuple[float, ...]) -> tuple:
+    """(iteration ms, the slowest rank's stages, its exposed DP ms, optimizer ms, bubble ms) of a layout whose
+    pipeline ranks finish at `ends`: each rank then pays its exposed DP traffic and optimizer step."""
+    f, b, w, m = x.f, x.b, x.w, x.pl.m
     best = None
-    ranks = rank_chunks(pl.schedule, pl.p, pl.V)
-    for r, (mine, (dense, expert)) in enumerate(zip(ranks, rank_params(stages, block_params(parts), ranks))):
+    ranks = rank_chunks(x.pl.schedule, x.pl.p, x.pl.V)
+    for r, (mine, (dense, expert)) in enumerate(zip(ranks, rank_params(x.stages, block_params(x.parts), ranks))):
         fwd = sum(f[i] for i in mine)
         bwd = sum(b[i] + w[i] for i in mine)
-        dp_exposed, opt = dp_and_optimizer(ctx, cfg, dense, expert, pl, fwd, bwd)
+        dp_exposed, opt = dp_and_optimizer(x.ctx, cfg, dense, expert, x.pl, fwd, bwd)
         total = ends[r] + dp_exposed + opt
         if best is None or total > best[0]:
             best = (total, mine, dp_exposed, opt, ends[r] - m * (fwd + bwd))
     assert best is not None  # every layout has a first pipeline rank
-    return best, stages, parts, modules, m
+    return best
 
 
 def _breakdown(chunks: list[Chunk], blocks: tuple[Block, ...], modules: tuple[int, ...], m: int, dp_exposed: float,
