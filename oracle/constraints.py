@@ -1,7 +1,7 @@
 """The rules on what a search may change: the cluster's stack, the user's precision, the user's pins.
 
 Each `Rule` limits one `EffectiveConfig` field to a set of values and names what imposed it:
-`stack_knob` / `stack_value` (the stack or GPU vendor lacks the knob or value, `oracle.stacks`),
+`stack_knob` / `stack_value` (the stack or GPU vendor lacks the knob or value, `oracle.specs.knobs`),
 `constraint_precision` (FP8 stays as the workload has it unless the user allows it),
 `constraint_fix`, `constraint_allow`, `constraint_exclude` (the user's `SearchConstraints`).
 The search offers only values every rule allows; an evaluation that breaks one is illegal with that
@@ -22,9 +22,8 @@ from .specs import (
     Violation,
     Workload,
 )
-from .specs.config import KNOB_TO_ARG, NONE_IS_NULL, SPLIT_KNOBS
+from .specs.knobs import KNOB_SPECS, KNOB_TO_ARG, NONE_IS_NULL, SPLIT_KNOBS, knob_available, value_available
 from .specs.trusted import trusted
-from .stacks import KNOB_SPECS, knob_available, value_available
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,13 @@ The rules are megatron-core 0.16.1's (`oracle.pipeline_split.MEGATRON_CORE_VERSI
 split (`oracle.pipeline_split`), the dense and expert grids (`parallel_state.py`), the interleaved
 schedule's micro-batch groups (`pipeline_parallel/schedules.py`), EP with TP needing sequence
 parallelism (`transformer/moe/moe_layer.py`), the precision-aware optimizer
-(`optimizer/optimizer_config.py`), recompute modules and EP all-to-all overlap
+(`optimizer/optimizer_config.py`), recompute modules, EP all-to-all overlap and MoE biases at ETP 1
 (`transformer/transformer_config.py`), and Megatron-LM's `arguments.py` for torch-FSDP2 (PP = 1,
 EP = 1, no distributed optimizer) and TP communication overlap (sequence parallelism). Zero-bubble
 and ZBV rules are Primus's (`primus/backends/megatron/patches`), the sync-free, Turbo-DeepEP and
 ROCm flex-dispatcher rules too (`patches/args/rocm_arg_validation.py`, Primus-Turbo's DeepEP
-buffer configs). Which knobs a cluster's stack has is `oracle.stacks`' and `oracle.constraints`'.
+buffer configs). Which knobs a cluster's stack has is the knob registry's (`oracle.specs.knobs`) and
+`oracle.constraints`'.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ def legal_axes(model: ModelArch, cluster: ClusterSpec, *, seq_length: int, gbs: 
         pp=pp,
         cp=[c for c in ws if c == 1 or seq_length % (2 * c) == 0],
         ep=[e for e in ws if (model.num_experts or 0) % e == 0] if moe else [1],
-        etp=[t for t in ws if t <= _max_tp(cluster) and model.expert_ffn % t == 0] if moe else [1],
+        etp=[t for t in ws if t <= _max_tp(cluster) and model.expert_ffn % t == 0] if moe and not
+        model.add_bias_linear else [1],
         vpp=sorted({1} | {v for p in pp if p > 1 for v in range(2, (L + 2 + mtp) // p + 1)
                           if candidate_splits(L, mtp, p, v)}),
         mbs=[m for m in _divisors(gbs) if m <= 16],
@@ -119,6 +121,7 @@ class _Limits:
     tp_dims: tuple[tuple[int, str], ...]  # sizes TP must divide, with their argument names
     tp_gcd: int  # their greatest common divisor: TP divides all of them iff it divides this
     is_moe: bool
+    moe_bias: bool  # a MoE model with linear biases: experts run only at ETP 1
     num_experts: int
     expert_ffn: int
     num_layers: int
@@ -136,7 +139,8 @@ def _limits(model: ModelArch, cluster: ClusterSpec) -> _Limits:
     return _Limits(
         world=cluster.world_size, max_tp=_max_tp(cluster), gpus_per_node=cluster.gpus_per_node,
         tp_dims=tp_dims, tp_gcd=math.gcd(*(dim for dim, _ in tp_dims)),
-        is_moe=model.is_moe, num_experts=model.num_experts or 0, expert_ffn=model.expert_ffn,
+        is_moe=model.is_moe, moe_bias=model.is_moe and model.add_bias_linear, num_experts=model.num_experts or 0,
+        expert_ffn=model.expert_ffn,
         num_layers=model.num_layers, has_fp8=cluster.gpu.has_fp8, gpu_name=cluster.gpu.name,
         mla=model.multi_latent_attention, amd=cluster.gpu.vendor == "amd", mtp=model.mtp_num_layers,
     )
@@ -173,6 +177,10 @@ def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> li
             out.append(_violation("etp_moe_ffn", f"ETP={etp} does not divide moe_ffn_hidden_size={lim.expert_ffn}"))
         if etp > lim.max_tp:
             out.append(_violation("etp_node", f"ETP={etp} exceeds {lim.gpus_per_node} GPUs per node"))
+        if lim.moe_bias and etp != 1:
+            out.append(_violation("etp_moe_bias", f"ETP={etp} with add_bias_linear: megatron-core supports bias "
+                                  "in MoE only at ETP=1 (transformer_config.py: \"Bias in Moe is only supported "
+                                  "when ETP==1\")"))
         if ep > 1 and tp > 1 and not c["sequence_parallel"]:
             out.append(_violation("ep_tp_needs_sp", f"EP={ep} with TP={tp} needs sequence parallelism "
                                   "(megatron-core moe_layer.py refuses it in training)"))

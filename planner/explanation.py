@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field
 
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
+from paratune.oracle.specs.knobs import SPLIT_KNOBS
 
 # Top-level terms of the simulated iteration (they sum to iteration_ms) and the memory terms (GiB).
 TIME_TERMS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm", "dp_comm_exposed", "pp_bubble",
@@ -42,7 +43,7 @@ MEMORY_GROUPS = {
 UNITS = (("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules"),
          ("vpp", "pp_schedule"),
          ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "use_turbo_deepep"),
-         ("pp_layout", "pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split"))
+         SPLIT_KNOBS)
 NEGLIGIBLE = 0.005  # a step under 0.5 % of the baseline's throughput, freeing no memory, is not shown as a step
 ORDER = ("greedy: each step takes the change that leaves a legal, fitting layout with the most tokens/s/GPU; "
          "gains depend on the order (knobs interact), 'alone' is the same change applied to the baseline only")

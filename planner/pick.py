@@ -20,13 +20,15 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from paratune.ledger.models import TrialRecord
+from paratune.oracle.specs.knobs import KNOB_SPECS
 
 PickRule = Literal["robust", "argmax"]
 HEADROOM_TIE_GB = 1.0
 # Knobs whose effect rests on a prior (overlap_cost) or on a stack's special build, not on fitted rows.
-EXOTIC = {"use_turbo_deepep": False, "tp_comm_overlap": False, "overlap_moe_expert_parallel_comm": False,
-          "cuda_graph_impl": "none", "fp8": None, "use_torch_fsdp2": False, "use_megatron_fsdp": False,
-          "optimizer_cpu_offload": False, "pp_layout": None, "sync_free_stage": 0}
+# name -> its off value (the registry's).
+EXOTIC = {k: KNOB_SPECS[k].off for k in ("use_turbo_deepep", "tp_comm_overlap", "overlap_moe_expert_parallel_comm",
+                                         "cuda_graph_impl", "fp8", "use_torch_fsdp2", "use_megatron_fsdp",
+                                         "optimizer_cpu_offload", "pp_layout", "sync_free_stage")}
 
 
 class Pick(BaseModel):

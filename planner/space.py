@@ -11,7 +11,8 @@ PP = EP = 1; plain DDP only where the user's pins refuse the distributed optimiz
 workload's: it is the training recipe, not a layout.
 Every axis holds only the values the rules allow (`oracle.constraints`: the cluster's stack, the
 workload's precision, the user's pins), so a knob the stack lacks never appears. Sync-free MoE stages
-are not searched: their effect is not modelled (`oracle.stacks`).
+are not searched (a user's pin sets one): their one modelled effect, the removed host syncs, rests on an
+unsourced prior (`host_sync_us`, `oracle.performance.moe_layer.host_syncs`).
 Fused cross-entropy and overlapped gradient reduction are on (unless the user pins them off): in the
 oracle they cost no memory and no time, so their off states are dominated and cannot hold the optimum.
 A user's pin on any other knob is written into the workload (`oracle.constraints.pinned`), and each

@@ -22,7 +22,7 @@ from paratune.oracle.evaluate import evaluate_memory_only
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.inputs.primus_tree import PRIMUS_ROOT_ENV
 from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
-from paratune.oracle.stacks import KNOB_SPECS
+from paratune.oracle.specs.knobs import KNOB_SPECS
 from paratune.planner.launch import launch_plan
 from paratune.planner.launch.bridge import hydra_overrides
 

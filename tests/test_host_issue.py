@@ -11,7 +11,7 @@ from paratune.oracle.catalog import gpu, model_card
 from paratune.oracle.layout import layout_facts
 from paratune.oracle.model_shape import model_shape
 from paratune.oracle.performance.calibration import constants
-from paratune.oracle.performance.host_issue import GRAPHABLE, captured, host_forward_ms
+from paratune.oracle.performance.host_issue import GRAPHABLE, captured, host_bound, host_forward_ms
 from paratune.oracle.performance.layers import transformer_layer
 from paratune.oracle.performance.moe_layer import host_syncs
 from paratune.oracle.performance.pipeline import block_weights, layer_context
@@ -61,14 +61,42 @@ def test_host_launches_of_an_fp8_moe_layer_by_hand():
     assert host_forward_ms(ctx, True) == pytest.approx((11 + 8 + 5 + 6 + 16) * C.launch_us * 1e-3)
 
 
-def test_graphs_replay_a_scope_with_one_launch_and_drop_the_preprocess_sync():
+def test_graphs_replay_a_scope_with_one_launch_and_a_dispatch_sync_survives_the_preprocess_graph():
     """attn, moe_router and moe_preprocess captured: those scopes cost one launch each (3), the experts
-    their 22; a captured preprocess has no device-to-host sync (megatron-core refuses one there)."""
-    ctx, _ = _qwen3_30b(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
+    their 22. HybridEP still syncs inside the dispatch (megatron-core token_dispatcher.py
+    `_HybridEPManager.setup_metadata`: without `moe_expert_rank_capacity_factor` it "sizes buffers
+    dynamically (CPU sync in dispatch)"); the all-to-all dispatcher's sync sits in the preprocess, which a
+    graph cannot hold, so its captured preprocess has none; a graph of the whole MoE (sync-free) has none."""
+    partial = dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
+    ctx, _ = _qwen3_30b(**partial)
     assert host_forward_ms(ctx, True) == pytest.approx((3 + 22) * C.launch_us * 1e-3)
-    assert host_syncs(ctx) == 0.0
+    assert host_syncs(ctx) == pytest.approx(C.host_sync_us * 1e-3)
+    a2a, _ = _qwen3_30b(moe_token_dispatcher_type="alltoall", **partial)
+    assert host_syncs(a2a) == 0.0
+    full, _ = _qwen3_30b(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))
+    assert host_syncs(full) == 0.0
     eager, _ = _qwen3_30b()
     assert host_syncs(eager) == pytest.approx(C.host_sync_us * 1e-3)
+
+
+def test_a_dispatch_sync_exposes_a_host_heavy_expert_scope():
+    """Hand derivation (host_issue.host_bound): the partial-graph layer issues 22 launches for its experts
+    (h_E) and 3 replays for attention, router and preprocess (h_A). Say the attention block's GPU time is
+    1 ms and the whole forward's 1 ms + h_E / 2. With the dispatch sync the host starts the experts only
+    when the GPU has drained, and the next attention only after issuing them: the forward takes
+    h_E + max(1 ms, h_A), so the GPU waits h_E / 2. Without a sync (all-to-all, preprocess captured) the
+    host runs ahead: the wait is max(0, h_E + h_A - GPU)."""
+    u = C.launch_us * 1e-3
+    h_e, h_a = 22 * u, 3 * u
+    gpu_f, pre_f = 1.0 + h_e / 2, 1.0
+    partial = dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
+    ctx, _ = _qwen3_30b(**partial)
+    f, b = host_bound(ctx, True, gpu_f, 100.0, pre_f)
+    assert f == pytest.approx(h_e + max(pre_f, h_a) - gpu_f) and f == pytest.approx(h_e / 2)
+    assert b == 0.0  # the backward has no sync: 2 (h_E + h_A) is far below 100 ms
+    a2a, _ = _qwen3_30b(moe_token_dispatcher_type="alltoall", **partial)
+    f_a2a, _ = host_bound(a2a, True, gpu_f, 100.0, pre_f)
+    assert f_a2a == pytest.approx(max(0.0, h_e + h_a - gpu_f)) and f_a2a < f
 
 
 def test_the_gpu_waits_on_the_host_only_beyond_its_own_time():

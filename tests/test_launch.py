@@ -16,7 +16,7 @@ import yaml
 
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.specs import TrialConfig
-from paratune.oracle.stacks import KNOB_SPECS, knob_available
+from paratune.oracle.specs.knobs import KNOB_SPECS, knob_available
 from paratune.planner.launch import launch_plan
 from paratune.planner.launch.bridge import hydra_overrides
 from paratune.planner.launch.megatron_lm import layout_flags, model_flags

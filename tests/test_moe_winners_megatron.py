@@ -67,3 +67,26 @@ def test_sweep_winners_pass_megatron_core(winners):
     assert len(top) == 10
     for cfg in top:
         assert moe_refusal(workload.model, cfg, 8) is None, cfg
+
+
+def test_moe_bias_needs_etp_1_as_megatron_core_says(winners):
+    """A MoE model with linear biases runs its experts only at ETP 1: megatron-core's TransformerConfig refuses
+    ETP 2 ("Bias in Moe is only supported when ETP==1") and accepts ETP 1, and legality's `etp_moe_bias` agrees
+    on both; without biases ETP 2 passes both."""
+    from paratune.oracle.legality import legal_axes, validate
+
+    workload, top = winners
+    biased = workload.model.model_copy(update={"add_bias_linear": True})
+    cluster = load_cluster(EXAMPLES / "clusters" / "h100-8n.yaml").model_copy(update={"num_nodes": 1})
+    base = top[0].model_copy(update={"tp": 2, "etp": 2, "ep": 4, "sequence_parallel": True,
+                                     "moe_token_dispatcher_type": "alltoall",
+                                     "overlap_moe_expert_parallel_comm": False})
+
+    def codes(model, cfg):
+        return {v.code for v in validate(model, cfg, cluster)}
+
+    assert "Bias in Moe" in (moe_refusal(biased, base, 8) or "") and "etp_moe_bias" in codes(biased, base)
+    etp1 = base.model_copy(update={"etp": 1})
+    assert moe_refusal(biased, etp1, 8) is None and "etp_moe_bias" not in codes(biased, etp1)
+    assert moe_refusal(workload.model, base, 8) is None and "etp_moe_bias" not in codes(workload.model, base)
+    assert legal_axes(biased, cluster, seq_length=4096, gbs=512).etp == [1]

@@ -74,7 +74,8 @@ def test_tool_list_is_typed_and_described(call):
     config = schema["$defs"][schema["properties"]["config"]["$ref"].split("/")[-1]]
     assert config["type"] == "object" and config["additionalProperties"] is False
     assert set(config["properties"]) == set(TrialConfig.model_fields)  # every knob, stated here
-    assert config["properties"]["tp"] == {"type": "integer", "minimum": 1}  # PositiveInt, absent = omitted
+    # PositiveInt, absent = omitted, with its line from the knob registry
+    assert config["properties"]["tp"] == {"type": "integer", "minimum": 1, "description": "tensor-parallel size"}
     # the other layout arguments name that statement instead of repeating the 35 knobs
     stated = [t.name for t in listed if "$defs" in t.input_schema]
     assert stated == ["evaluate_memory_only"], stated

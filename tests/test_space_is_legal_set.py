@@ -13,7 +13,7 @@ not search (its module docstring and `_knob_axes`) is stated here, each as one o
   a split is offered wherever Megatron accepts one), the selective-recompute module sets
   (`planner.space.selective_sets`), ETP in {TP, 1} (unless the user names ETP), full recompute's
   method and layer count (pinned or Megatron's default), sync-free MoE stages (off unless pinned:
-  their effect is not modelled);
+  their only modelled effect, the removed host syncs, rests on an unsourced prior);
 - an equivalence, where the space must hold exactly one legal point of each class: with EP = 1 the
   dispatcher, its flex backend and Primus-Turbo DeepEP do not act; the flex backend acts only under the
   flex dispatcher without Turbo DeepEP (`oracle.constraints.ACTS_UNDER`);
@@ -47,7 +47,7 @@ CASES = 200
 # sequence length): a partial layout refused with one of them is refused whatever the other knobs are.
 LAYOUT_CODES = frozenset({"world_attention", "world_expert", "tp_num_attention_heads", "tp_num_query_groups",
                           "tp_hidden_size", "tp_ffn_hidden_size", "tp_node", "cp_seq", "ep_experts", "etp_moe_ffn",
-                          "etp_node", "ep_tp_needs_sp", "gbs_mbs_dp"})
+                          "etp_node", "etp_moe_bias", "ep_tp_needs_sp", "gbs_mbs_dp"})
 # ... and those that read only those plus VPP, the schedule and the split.
 SPLIT_CODES = LAYOUT_CODES | {"interleaved_vpp", "interleaved_microbatches", "zb_needs_pp", "zbv_needs_pp", "zb_vpp",
                               "zbv_vpp", "split_pp", "split_middle", "split_conflict", "split_first_last",
@@ -85,7 +85,8 @@ def cases(draw):
     if moe:
         model |= dict(num_experts=draw(st.sampled_from([2, 4, 6])), moe_ffn_hidden_size=draw(st.sampled_from([6, 8])),
                       moe_shared_expert_intermediate_size=draw(st.sampled_from([None, 8])),
-                      multi_latent_attention=draw(st.booleans()))
+                      multi_latent_attention=draw(st.booleans()),
+                      add_bias_linear=draw(st.booleans()))  # with bias megatron-core holds ETP to 1
         if layers > 1 and draw(st.booleans()):
             model["moe_layer_freq"] = [0] + [1] * (layers - 1)  # a dense first layer
     fp8 = cluster.gpu.has_fp8 and draw(st.booleans())

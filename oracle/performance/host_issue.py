@@ -12,6 +12,7 @@ tokens/s/GPU with full-iteration graphs and 22,342 with attention/router graphs 
 from __future__ import annotations
 
 from .context import Ctx
+from .ep_bandwidth import DEDUP_BACKENDS
 
 # Kernel launches per forward of each scope of a layer (TE modules, fused norms, rotary and
 # bias-dropout-add; backward launches twice as many: dgrad and wgrad), counted from megatron-core
@@ -63,13 +64,46 @@ def _scope_ops(ctx: Ctx, moe: bool) -> dict[str, float]:
 def host_forward_ms(ctx: Ctx, moe: bool) -> float:
     """ms the host takes to issue one layer's forward: `launch_us` (fitted) per launch outside the
     captured scopes, one launch per captured scope's replay."""
-    ops = _scope_ops(ctx, moe)
-    launches = sum(1 if s in ctx.graphed else n for s, n in ops.items())
-    return launches * ctx.c.launch_us * 1e-3
+    return sum(_scope_launches(ctx, moe).values()) * ctx.c.launch_us * 1e-3
 
 
-def host_bound(ctx: Ctx, moe: bool, gpu_f: float, gpu_b: float) -> tuple[float, float]:
+def _scope_launches(ctx: Ctx, moe: bool) -> dict[str, float]:
+    """Launches the host issues for each scope of one layer's forward (a captured scope: its one replay)."""
+    return {s: 1 if s in ctx.graphed else n for s, n in _scope_ops(ctx, moe).items()}
+
+
+def dispatch_syncs(ctx: Ctx) -> bool:
+    """Whether an MoE forward stops the host at a device-to-host sync before its experts. The all-to-all
+    and allgather dispatchers copy the token counts to the host in the dispatch preprocess, which a
+    preprocess graph cannot hold (megatron-core transformer_config.py: "moe_preprocess cuda graph is not
+    supported when there are DtoH copies"); the flex dispatcher's DeepEP and HybridEP size their output on
+    the host inside the dispatch itself (token_dispatcher.py `_HybridEPManager.setup_metadata`: without
+    `moe_expert_rank_capacity_factor`, "HybridEP sizes buffers dynamically (CPU sync in dispatch)"), which
+    only the sync-free path removes, the one a graph of the whole MoE (`moe` scope, `full_iteration`)
+    requires (docs/user-guide/features/paged_stash.md). Primus's sync-free stages remove them too
+    (moe-training.md `turbo_sync_free_moe_stage`)."""
+    if (ctx.ep <= 1 and ctx.etp <= 1) or ctx.sync_free:
+        return False
+    captured_by = "moe" if ctx.dispatch in DEDUP_BACKENDS else "moe_preprocess"
+    return captured_by not in ctx.graphed
+
+
+def host_bound(ctx: Ctx, moe: bool, gpu_f: float, gpu_b: float, pre_f: float) -> tuple[float, float]:
     """(forward, backward) ms the GPU waits on the host: what the host's issue time (backward: twice
-    the forward's launches) exceeds the layer's GPU time by."""
-    host = host_forward_ms(ctx, moe)
-    return max(0.0, host - gpu_f), max(0.0, 2 * host - gpu_b)
+    the forward's launches) exceeds the layer's GPU time by.
+
+    A forward with a dispatch sync (`dispatch_syncs`) drains the launch queue once per layer, so the host
+    cannot run ahead across it: from one sync to the next it issues the experts' scope (h_E, GPU g_E), then
+    the next layer's attention, router and preprocess (h_A, GPU g_A = `pre_f`, the attention block's GPU
+    time), and the GPU ends at max over launches j of (host time to j + GPU time from j on) =
+    max(g_E + g_A, h_E + max(g_A, h_A)): the GPU idles while the host issues a host-heavy expert scope,
+    and the next attention cannot start before it is issued. Without a sync the host runs ahead and the
+    layer takes max(GPU, host). The backward has no sync (the combine's sizes are the forward's)."""
+    per_scope = _scope_launches(ctx, moe)
+    us = ctx.c.launch_us * 1e-3
+    host = sum(per_scope.values()) * us
+    forward = max(gpu_f, host)
+    if moe and dispatch_syncs(ctx):
+        h_e = per_scope["moe"] * us
+        forward = max(gpu_f, h_e + max(pre_f, host - h_e))
+    return forward - gpu_f, max(0.0, 2 * host - gpu_b)

@@ -191,10 +191,10 @@ def _shared_experts(ctx: Ctx, w: Builder, gemm: tuple[float, float]) -> tuple[fl
     return _plus_since(gemm, w.gemm(), before)
 
 
-def _overhead(ctx: Ctx, w: Builder, moe: bool) -> None:
+def _overhead(ctx: Ctx, w: Builder, moe: bool, pre_f: float) -> None:
     """The GPU's wait on the host where the layer's kernels run faster than the host issues them
-    (`host_issue.host_bound`)."""
-    f, b = host_bound(ctx, moe, sum(w.f), sum(w.b) + sum(w.w))
+    (`host_issue.host_bound`; `pre_f`: forward GPU ms of the attention block, before the dispatch)."""
+    f, b = host_bound(ctx, moe, sum(w.f), sum(w.b) + sum(w.w), pre_f)
     w.add(OVH, f, b)
 
 
@@ -241,6 +241,7 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     _attention(ctx, w, moe)
     gemm = w.gemm()  # the TP regions' GEMMs: attention, then the dense MLP or the shared experts
     _norms_residuals(ctx, w)
+    pre_f = w.forward_ms()
     if moe:
         _experts(ctx, w)
         if ctx.shape.shared_ffn:
@@ -254,7 +255,7 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
         gemm = _plus_since(gemm, w.gemm(), before)
         w.tag("mlp", w.forward_ms() - start)
         _tp_collectives(ctx, w, 2, gemm)
-    _overhead(ctx, w, moe)
+    _overhead(ctx, w, moe, pre_f)
     _fsdp(ctx, w, params)
     return w.build()
 

@@ -18,6 +18,7 @@ from math import log, prod, sqrt
 from .constants import E_BYTES, FP32_BYTES, ROUTER_PASSES, TOKEN_INDEX_BYTES
 from .context import HALF, Ctx
 from .ep_bandwidth import ALLGATHER, ALLTOALL, DEDUP_BACKENDS, link_rates
+from .host_issue import dispatch_syncs
 from .work import ELEM, EP, OVH, TP, Builder
 
 
@@ -145,16 +146,9 @@ def expert_tp(ctx: Ctx) -> float:
 
 
 def host_syncs(ctx: Ctx) -> float:
-    """ms of the device-to-host syncs per MoE forward: the all-to-all and allgather dispatchers copy the
-    token counts to the host before the exchange, DeepEP's dispatch waits on the CPU and HybridEP sizes its
-    buffers on the host without a static budget (token_dispatcher.py `_maybe_dtoh_and_synchronize`,
-    fused_a2a.py); Primus's sync-free stages remove them (moe-training.md `turbo_sync_free_moe_stage`),
-    and so does a CUDA graph of the preprocess, which megatron-core allows only without them
-    (transformer_config.py: "moe_preprocess cuda graph is not supported when there are DtoH copies").
-    One sync drains the launch queue: `host_sync_us` (a prior)."""
-    if ctx.ep <= 1 and ctx.etp <= 1:
-        return 0.0
-    return 0.0 if ctx.sync_free or "moe_preprocess" in ctx.graphed else ctx.c.host_sync_us * 1e-3
+    """ms of the device-to-host sync per MoE forward where there is one (`host_issue.dispatch_syncs`):
+    the GPU finishes its queue and the CPU waits on it before relaunching: `host_sync_us` (a prior)."""
+    return ctx.c.host_sync_us * 1e-3 if dispatch_syncs(ctx) else 0.0
 
 
 def routed_experts(ctx: Ctx, w: Builder, linear, grouped, activation) -> None:

@@ -1,24 +1,17 @@
-"""The search point: `TrialConfig` (knobs a trial may set) and its resolved `EffectiveConfig`."""
+"""The search point: `TrialConfig` (knobs a trial may set, `knobs.py`) and its resolved `EffectiveConfig`."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    NonNegativeInt,
-    PositiveInt,
-    field_validator,
-)
+from pydantic import BaseModel, ConfigDict
 
 from ..identity_cache import by_identity
 from ..pipeline_split import SplitError, parse_layout
-from .normalize import none_like, parse_modules
+from .knobs import KNOB_TO_ARG, KNOBS, NONE_IS_NULL, SPLIT_KNOBS, TrialConfig
 from .training import (
     CudaGraphImpl,
     Dispatcher,
@@ -27,121 +20,19 @@ from .training import (
     PipelineSchedule,
     RecomputeGranularity,
     RecomputeMethod,
-    RecomputeModule,
     ShardingStrategy,
     StateDtype,
     TrainingArgs,
 )
 from .trusted import drop_cached, trusted
 
-# TrialConfig knob -> the Megatron/Primus training argument it overrides.
-KNOB_TO_ARG: dict[str, str] = {
-    "tp": "tensor_model_parallel_size",
-    "pp": "pipeline_model_parallel_size",
-    "ep": "expert_model_parallel_size",
-    "cp": "context_parallel_size",
-    "etp": "expert_tensor_parallel_size",
-    "vpp": "virtual_pipeline_model_parallel_size",
-    "mbs": "micro_batch_size",
-    "gbs": "global_batch_size",
-    "pp_schedule": "pp_schedule",
-    "recompute_granularity": "recompute_granularity",
-    "recompute_method": "recompute_method",
-    "recompute_num_layers": "recompute_num_layers",
-    "fp8": "fp8",
-    "use_distributed_optimizer": "use_distributed_optimizer",
-    "use_torch_fsdp2": "use_torch_fsdp2",
-    "use_turbo_deepep": "use_turbo_deepep",
-    "sync_free_stage": "turbo_sync_free_moe_stage",
-    "overlap_grad_reduce": "overlap_grad_reduce",
-    "cross_entropy_loss_fusion": "cross_entropy_loss_fusion",
-    "pp_layout": "pipeline_model_parallel_layout",
-    "pp_first_layers": "decoder_first_pipeline_num_layers",
-    "pp_last_layers": "decoder_last_pipeline_num_layers",
-    "pp_embedding_in_split": "account_for_embedding_in_pipeline_split",
-    "pp_loss_in_split": "account_for_loss_in_pipeline_split",
-    "recompute_modules": "recompute_modules",
-    "grad_reduce_in_fp32": "grad_reduce_in_fp32",
-    "fp8_param_gather": "fp8_param_gather",
-    "use_megatron_fsdp": "use_megatron_fsdp",
-    "optimizer_cpu_offload": "optimizer_cpu_offload",
-    "moe_token_dispatcher_type": "moe_token_dispatcher_type",
-    "moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
-    "moe_grouped_gemm": "moe_grouped_gemm",
-    "tp_comm_overlap": "tp_comm_overlap",
-    "overlap_moe_expert_parallel_comm": "overlap_moe_expert_parallel_comm",
-    "cuda_graph_impl": "cuda_graph_impl",
-}
-# Knobs whose "none" spelling means the feature is off (None in EffectiveConfig); cuda_graph_impl keeps
-# Megatron's own "none" value.
-NONE_IS_NULL = frozenset({"recompute_granularity", "fp8", "pp_layout"})
-# The knobs that together are the pipeline split: a trial that sets one of them replaces the whole
-# split (the ones it leaves out take Megatron's defaults), since Megatron refuses mixed mechanisms.
-SPLIT_KNOBS = ("pp_layout", "pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split")
-_SPLIT_DEFAULTS = {"pp_layout": None, "pp_first_layers": None, "pp_last_layers": None,
-                   "pp_embedding_in_split": False, "pp_loss_in_split": False}
-
-
-class TrialConfig(BaseModel):
-    """Knobs one trial may set; an absent knob keeps the workload's own value."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tp: PositiveInt | None = None
-    pp: PositiveInt | None = None
-    ep: PositiveInt | None = None
-    cp: PositiveInt | None = None
-    etp: PositiveInt | None = None
-    vpp: PositiveInt | None = None
-    mbs: PositiveInt | None = None
-    gbs: PositiveInt | None = None
-    pp_schedule: PipelineSchedule | None = None
-    recompute_granularity: RecomputeGranularity | Literal["none"] | None = None
-    recompute_method: RecomputeMethod | None = None
-    recompute_num_layers: NonNegativeInt | None = None
-    fp8: Fp8Recipe | Literal["none"] | None = None
-    use_distributed_optimizer: bool | None = None
-    use_torch_fsdp2: bool | None = None
-    use_turbo_deepep: bool | None = None
-    sync_free_stage: int | None = Field(default=None, ge=0)
-    overlap_grad_reduce: bool | None = None
-    cross_entropy_loss_fusion: bool | None = None
-    pp_layout: str | None = None
-    pp_first_layers: PositiveInt | None = None
-    pp_last_layers: PositiveInt | None = None
-    pp_embedding_in_split: bool | None = None
-    pp_loss_in_split: bool | None = None
-    recompute_modules: tuple[RecomputeModule, ...] | None = None
-    grad_reduce_in_fp32: bool | None = None
-    fp8_param_gather: bool | None = None
-    use_megatron_fsdp: bool | None = None
-    optimizer_cpu_offload: bool | None = None
-    moe_token_dispatcher_type: Dispatcher | None = None
-    moe_flex_dispatcher_backend: FlexBackend | None = None
-    moe_grouped_gemm: bool | None = None
-    tp_comm_overlap: bool | None = None
-    overlap_moe_expert_parallel_comm: bool | None = None
-    cuda_graph_impl: CudaGraphImpl | None = None
-
-    @field_validator("recompute_granularity", "fp8", "pp_layout", mode="before")
-    @classmethod
-    def _off_spelling(cls, v: object) -> object:
-        # "none"/false explicitly switch the feature off, unlike an absent knob (keep the workload's).
-        return "none" if v is not None and none_like(v) is None else v
-
-    @field_validator("recompute_modules", mode="before")
-    @classmethod
-    def _modules(cls, v: object) -> object:
-        return parse_modules(v)
-
-    def overrides(self) -> dict[str, object]:
-        """Training-argument overrides this trial sets, in Megatron names."""
-        return {KNOB_TO_ARG[knob]: None if value == "none" and knob in NONE_IS_NULL else value
-                for knob, value in self.__dict__.items() if value is not None}
+# Megatron's defaults of the split knobs: a trial that sets one split knob gets these for the others.
+_SPLIT_DEFAULTS = {k.name: k.off for k in KNOBS if k.split}
 
 
 class EffectiveConfig(BaseModel):
-    """A complete layout: the workload's arguments with a trial's overrides, canonicalised."""
+    """A complete layout: the workload's arguments with a trial's overrides, canonicalised. Its first fields are
+    the knobs, in `TrialConfig`'s order, with their resolved types (tests/test_knob_registry.py checks)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

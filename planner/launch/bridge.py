@@ -8,7 +8,7 @@ from __future__ import annotations
 import shlex
 
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, Workload
-from paratune.oracle.stacks import KNOB_SPECS
+from paratune.oracle.specs.knobs import KNOB_SPECS
 
 from .settings import COMPANIONS, companions, knob_values
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, Workload
-from paratune.oracle.stacks import KNOB_SPECS
+from paratune.oracle.specs.knobs import KNOB_SPECS
 
 from .settings import COMPANIONS, companions, knob_values
 
@@ -92,7 +92,7 @@ def layout_flags(cfg: EffectiveConfig, workload: Workload, vendor: str) -> tuple
     for name, value in knob_values(cfg, workload.model, "megatron-lm", vendor).items():
         flag = KNOB_SPECS[name].megatron_lm
         assert flag is not None  # knob_values yields only the knobs this stack has
-        if name == "grad_reduce_in_fp32":  # the CLI's flag is the inverse
+        if "megatron-lm" in KNOB_SPECS[name].inverted:  # the CLI's flag is the knob's negation
             (off if value else on).append(flag)
         elif value is True:
             on.append(flag)

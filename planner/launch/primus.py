@@ -32,7 +32,7 @@ from paratune.oracle.inputs.primus_tree import (
 )
 from paratune.oracle.inputs.yaml_io import read_mapping
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, Workload
-from paratune.oracle.stacks import KNOB_SPECS
+from paratune.oracle.specs.knobs import KNOB_SPECS
 
 from .settings import companions, knob_values, primus_extras
 
@@ -56,8 +56,8 @@ def overrides(cfg: EffectiveConfig, workload: Workload, cluster: ClusterSpec) ->
     for name, value in knob_values(cfg, workload.model, "primus", cluster.gpu.vendor).items():
         key = KNOB_SPECS[name].primus
         assert key is not None  # knob_values yields only the knobs this stack has
-        if name == "grad_reduce_in_fp32":
-            value = not value  # Primus's key is grad_reduce_in_bf16
+        if "primus" in KNOB_SPECS[name].inverted:
+            value = not value  # the key is the knob's negation (grad_reduce_in_bf16)
         out[key] = list(value) if isinstance(value, tuple) else value
     extra = {k: list(v) if isinstance(v, tuple) else v
              for k, v in companions(cfg, workload.model, cluster.gpu.vendor).items()}

@@ -4,11 +4,8 @@ the stack needs beside them (each with the stack's rule that requires it)."""
 from __future__ import annotations
 
 from paratune.oracle.specs import EffectiveConfig, ModelArch
-from paratune.oracle.stacks import KNOB_SPECS, Stack, knob_available
-
-# Knobs that only a MoE model has (left out of a dense model's launch).
-_MOE = ("etp", "ep", "moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "overlap_moe_expert_parallel_comm",
-        "use_turbo_deepep", "sync_free_stage")
+from paratune.oracle.specs.knobs import KNOB_SPECS, MOE_KNOBS, knob_available
+from paratune.oracle.stacks import Stack
 
 
 def knob_values(cfg: EffectiveConfig, model: ModelArch, stack: Stack, vendor: str) -> dict[str, object]:
@@ -17,7 +14,7 @@ def knob_values(cfg: EffectiveConfig, model: ModelArch, stack: Stack, vendor: st
     for name, spec in KNOB_SPECS.items():
         if spec.arg(stack) is None or not knob_available(name, stack, vendor):
             continue
-        if name in _MOE and not model.is_moe:
+        if name in MOE_KNOBS and not model.is_moe:
             continue
         out[name] = getattr(cfg, name)
     if cfg.recompute_granularity != "full":
