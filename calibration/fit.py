@@ -4,9 +4,12 @@ Fits a handful of global constants per GPU family (never one per row) by minimis
 log error of projected vs measured tokens/s/GPU, plus a penalty whenever two rows of the same model,
 GPU and source come out in the wrong order. Rows: calibration/data/throughput.csv and
 calibration/data/extra_throughput.csv; unknown knobs are tuned per row (calibration/rows.py).
-The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together (four rows), twice: the
-roofline constants with the roofline forced, then, with attention fixed, Origami's efficiency with
-Origami serving the GEMMs (skipped, value kept, where rocm-origami is not installed). Blackwell
+The AMD families (cdna3: MI300X/MI325X, cdna4: MI355X) are fitted together, twice: the roofline
+constants with the roofline forced, then, with attention fixed, Origami's efficiency and the host's
+time per launch with Origami serving the GEMMs (skipped, values kept, where rocm-origami is not
+installed). The launch time is seen by the rows whose layers the host cannot issue as fast as the GPU
+runs them: Primus's DeepSeek-V2-Lite micro-batch scaling on MI355X (MBS 1 and 2 take the same time
+per micro-batch, calibration/data/moe_throughput.csv) and DeepSeek-V2 at MBS 1. Blackwell
 (B200, B300, GB200, GB300) is fitted on its own rows, all MoE. MoE layers have no constant of their
 own: their terms are physics (oracle/performance/moe_layer.py). Writes
 oracle/performance/calibration.yaml (`fitted:` apart from `held:`, which the fit never changes) and
@@ -43,7 +46,7 @@ GROUPS = {
     "ampere": (("ampere",), ("gemm_eff", "tp_exposed", "launch_us"), {}),
     "hopper": (("hopper",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "launch_us"), {}),
     "amd-roofline": (("cdna3", "cdna4"), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {"gemm_model": "roofline"}),
-    "amd-origami": (("cdna3", "cdna4"), ("origami_eff",), {}),
+    "amd-origami": (("cdna3", "cdna4"), ("origami_eff", "launch_us"), {}),
     "blackwell": (("blackwell",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "launch_us"), {}),
 }
 ROUNDS = 2  # each round re-chooses every row's tuned layout under the constants fitted so far
@@ -238,8 +241,8 @@ HELD_NOTES = {  # per-family constant -> why no group fits it there
     "fp8_gemm_eff": "never read: the family's GPUs have no FP8 peak (fp8_tflops null)",
     "origami_eff": "never read: Origami serves AMD GPUs only",
     "attn_eff": "not in this family's group: kept at its starting value",
-    "tp_exposed": "not in this family's groups (four rows): kept at its starting value",
-    "launch_us": "not in this family's groups (four rows): kept at its starting value",
+    "tp_exposed": "not in this family's groups (no AMD row runs TP > 1): kept at its starting value",
+    "launch_us": "not in this family's groups: kept at its starting value",
 }
 
 

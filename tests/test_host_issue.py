@@ -112,3 +112,42 @@ def test_the_gpu_waits_on_the_host_only_beyond_its_own_time():
     _, graphed = _qwen3_30b(cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))
     assert layer.f[OVH] > sync  # eager, this layer is host-bound on GB200
     assert graphed.f[OVH] == graphed.b[OVH] == 0.0
+
+
+def _primus_row(row_id: str):
+    """A published Primus row (calibration/data/moe_throughput.csv) projected at its recipe's layout."""
+    from paratune.calibration.rows import load_rows, project
+
+    projection = project(next(r for r in load_rows() if r.id == row_id))
+    assert projection is not None, row_id
+    return projection
+
+
+def test_primus_dsv2_lite_mbs_1_and_2_share_the_host_floor():
+    """Primus's DeepSeek-V2-Lite micro-batch scaling on 8 MI355X (examples/moe_package/README.md
+    Figure 5, baseline features): 10,734.6 tokens/s/GPU at MBS 1 and 21,028.2 at MBS 2, so a
+    micro-batch takes 1 x 4096 / 10,734.6 = 381.6 ms and 2 x 4096 / 21,028.2 = 389.6 ms: twice the
+    tokens in 1.02x the time, the pace the host's issue sets, not the GPU's work (28,063.1 at MBS 4:
+    583.8 ms, the GPU's). With the fitted cdna4 launch time the projection keeps that floor (a GPU-bound
+    projection, as with the former held 20 us, takes 1.7x as long at MBS 2) and the GPU waits on the host."""
+    t = {}
+    for bar, mbs in ((1, 1), (2, 2)):
+        p = _primus_row(f"PRIMUS-DSV2LITE-MI355X-{bar}")
+        assert p.cfg.mbs == mbs
+        t[mbs] = mbs * p.cfg.seq_length / p.estimate.tokens_per_s_per_gpu
+        assert p.estimate.breakdown["overhead"] > 0.2 * p.estimate.iteration_ms  # host-bound
+    assert 0.95 < t[2] / t[1] < 1.10  # measured 389.6 / 381.6 = 1.021
+
+
+def test_primus_legacy_grouped_gemm_issues_one_gemm_pair_per_expert():
+    """Primus's legacy grouped GEMM (--moe_use_legacy_grouped_gemm True, the DeepSeek-V2 recipe's
+    LEGACY_GG) runs one hipBLASLt GEMM per local expert (Primus docs/04-technical-guides/moe-training.md),
+    so the recipe row takes paratune's per-expert path: DeepSeek-V2 at EP 8 holds 160 / 8 = 20 experts,
+    and a MoE layer's forward issues attention 9 + router 8 + preprocess 5 + experts (6 - 2 + 20 x 3) +
+    shared experts 4 = 90 launches, at the fitted cdna4 launch time each."""
+    p = _primus_row("PRIMUS-DSV2-MI355X-7")
+    assert not p.cfg.moe_grouped_gemm
+    s = p.setup
+    ctx = layer_context(model_shape(s.model), p.cfg, s.cluster, constants(s.cluster.gpu),
+                        layout_facts(s.model, p.cfg, s.cluster.world_size))
+    assert host_forward_ms(ctx, True) == pytest.approx(90 * constants(gpu("mi355x")).launch_us * 1e-3)

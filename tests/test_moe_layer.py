@@ -119,3 +119,35 @@ def test_moe_cost_per_token_does_not_fall_with_mbs_except_gemm_efficiency(dispat
     non_gemm_drop = 1 - per_token[16][0] / per_token[1][0]
     assert 0 <= non_gemm_drop < 0.05
     assert per_token[16][1] <= per_token[1][1]
+
+
+def test_turbo_deepep_share_from_amds_alltoall_breakdown():
+    """Primus-Turbo DeepEP's intranode rate, derived by hand from AMD's MI300X EP-8 breakdown of the
+    MoE-2T model (Primus examples/moe_package/README.md Figure 11; 448 experts, top-16): DeepEP takes
+    (8.9 / 55.8) / (13.2 / 43.8) = 0.529 of RCCL all-to-all's exchange time, for one copy per distinct
+    remote rank, 7 x (1 - C(392, 16) / C(448, 16)) = 6.205 per token, against the all-to-all's
+    16 x 7/8 = 14: 0.75 (RCCL's share of xGMI) x 0.4432 / 0.529 = 0.628 of the line rate. With it the
+    exchange of DeepSeek-V2-Lite at MBS 12 on one MI355X node (Figure 6's all-to-all -> DeepEP pair,
+    +13 % end to end) is faster through Turbo DeepEP than through RCCL's all-to-all."""
+    from math import comb
+
+    from paratune.oracle.performance.ep_bandwidth import RCCL_AMD, TURBO_DEEPEP_SHARE
+
+    distinct = 7 * (1 - comb(392, 16) / comb(448, 16))
+    assert distinct == pytest.approx(6.2053, abs=1e-4)
+    share = 0.75 * (distinct / 14) / ((8.9 / 55.8) / (13.2 / 43.8))
+    assert RCCL_AMD.intra == 0.75
+    assert TURBO_DEEPEP_SHARE.intra == pytest.approx(share, rel=1e-4)
+    assert share == pytest.approx(0.628, abs=1e-3)
+
+    model = ModelArch(**model_card("deepseek-v2-lite"))
+    mi355x = gpu("mi355x")
+    cluster = ClusterSpec(name="mi355x", num_nodes=1, gpus_per_node=8, gpu=mi355x, hbm_capacity_gb=288)
+    times = {}
+    for name, knobs in (("alltoall", {"moe_token_dispatcher_type": "alltoall"}), ("turbo", {"use_turbo_deepep": True})):
+        args = dict(seq_length=4096, global_batch_size=768, micro_batch_size=12, expert_model_parallel_size=8,
+                    moe_grouped_gemm=False, use_distributed_optimizer=True) | knobs
+        cfg = Workload(name="lite", model=model, training=TrainingArgs(**args)).effective()
+        ctx = layer_context(model_shape(model), cfg, cluster, constants(mi355x), layout_facts(model, cfg, 8))
+        times[name] = dispatch_combine(ctx)
+    assert times["turbo"] < times["alltoall"]

@@ -80,14 +80,22 @@ HYBRIDEP_INTER_BY_RANKS = ((16, 57.35 / 50.0), (32, 48.61 / 50.0), (64, 44.57 / 
 # HybridEP across a GB200 NVL72 domain (same table, MNNVL, 32 SMs): 8 ranks 550.10 / 568.94, 16 ranks
 # 523.48 / 521.55, 32 ranks 484.22 / 464.54, 36 ranks 479.02 / 447.89 GB/s of 900.
 HYBRIDEP_NVL72_BY_RANKS = ((8, 559.5 / 900.0), (16, 522.5 / 900.0), (32, 474.4 / 900.0), (36, 463.5 / 900.0))
-# Primus-Turbo DeepEP (ROCm): no bandwidth table is published; its Mega-MoE README (AMD-AGI/Primus-Turbo
-# docs/README_Mega_MoE.md) times the DeepSeek-V3 dispatch on MI355X EP8 (8192 tokens, H 7168, top-8, BF16)
-# at 2.23 ms: one copy per distinct destination rank (5.25 of 8) is 277 GB/s of 537.6 (derived). RDMA: no
-# figure, DeepEP's NVIDIA share is borrowed.
+# Primus-Turbo DeepEP (ROCm): no bandwidth table is published. AMD's breakdown of the MoE-2T model
+# (448 experts, top-16, Primus moe_2T.yaml) on MI300X at EP 8, RCCL all-to-all against Turbo DeepEP
+# (AMD-AGI/Primus examples/moe_package/README.md Figure 11, same compute in both runs): the exchange is
+# 13.2 % of an iteration whose compute is 43.8 %, and 8.9 % of one whose compute is 55.8 %, so DeepEP
+# takes (8.9 / 55.8) / (13.2 / 43.8) = 0.529 of the all-to-all's time. It moves one copy per distinct
+# destination rank, 7 x (1 - C(392, 16) / C(448, 16)) = 6.205 per token (`moe_layer._distinct`), where
+# the all-to-all moves 16 x 7/8 = 14: 0.4432 of the bytes. Its achieved rate is therefore
+# 0.4432 / 0.529 = 0.8375 of RCCL's all-to-all rate (derived). RDMA: no figure, DeepEP's NVIDIA share is
+# borrowed.
+TURBO_VS_RCCL_TIME = (8.9 / 55.8) / (13.2 / 43.8)
+TURBO_VS_RCCL_BYTES = 6.2053 / 14.0
 TURBO_DEEPEP_SHARE = LinkShare(
-    intra=277.0 / 537.6, inter=DEEPEP_V1.inter,
-    source="Primus-Turbo docs/README_Mega_MoE.md (MI355X EP8 dispatch 2.23 ms -> 277 GB/s, derived); "
-           "RDMA share borrowed from DeepEP (no ROCm figure published)")
+    intra=RCCL_AMD.intra * TURBO_VS_RCCL_BYTES / TURBO_VS_RCCL_TIME, inter=DEEPEP_V1.inter,
+    source="Primus examples/moe_package/README.md Figure 11 (MI300X EP8, MoE-2T: Turbo DeepEP 0.529 of "
+           "RCCL all-to-all's time for 0.443 of its bytes -> 0.8375 of RCCL's rate, derived); RDMA share "
+           "borrowed from DeepEP (no ROCm figure published)")
 
 
 def _by_ranks(table: tuple[tuple[int, float], ...], ranks: int) -> float:
