@@ -29,8 +29,8 @@ from paratune.oracle.memory import estimate_memory  # noqa: E402
 from paratune.oracle.memory.estimate import estimate_memory_batch  # noqa: E402
 from paratune.oracle.performance import iteration_bound  # noqa: E402
 from paratune.oracle.performance.bound import iteration_bounds  # noqa: E402
-from paratune.planner.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu  # noqa: E402
-from paratune.planner.sweep import BLOCK  # noqa: E402
+from paratune.planner.search.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu  # noqa: E402
+from paratune.planner.search.sweep import BLOCK  # noqa: E402
 
 REPEATS = 3
 LAYOUTS = 1000

@@ -12,9 +12,8 @@ from typing import Any
 
 import yaml
 
+from paratune.ledger.models import Measurement, TrialRecord
 from paratune.oracle.specs import Workload
-
-from .models import Measurement, TrialRecord
 
 FILE_MODE = 0o644  # artifacts are for the team: readable by all, like the ledger
 SCRIPT_MODE = 0o755  # launch.sh runs as it is

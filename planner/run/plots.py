@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from paratune.ledger.exports import figure, savefig
 from paratune.oracle.specs import EvalResult
 
-from .explanation import memory_terms, time_terms
+from ..search.explanation import memory_terms, time_terms
+from .exports import figure, savefig
 
 
 def write_breakdown_plot(path: Path, baseline: EvalResult, winner: EvalResult, title: str) -> None:

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paratune.ledger import exports
 from paratune.ledger.models import Fidelity, Measurement, TrialRecord
 from paratune.ledger.store import BudgetExhausted, Ledger
 from paratune.oracle.benchmark import evaluate_with_benchmark
@@ -20,13 +19,14 @@ from paratune.oracle.evaluate import evaluate_config, layout_violations
 from paratune.oracle.performance.uncertainty import uncertainty
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Violation, Workload
 
-from .launch import LaunchPlan, launch_plan
-from .llm.selection import named_llm
+from ..launch import LaunchPlan, launch_plan
+from ..llm.selection import named_llm
+from ..search.pick import Pick, PickRule, pick
+from ..search.seed_plan import seed_plan
+from ..search.sweep import SweepResult
+from . import exports
 from .measurements import recalibrate
-from .pick import Pick, PickRule, pick
 from .plots import write_breakdown_plot
-from .seed_plan import seed_plan
-from .sweep import SweepResult
 
 Scorer = Callable[[Ledger, Workload, ClusterSpec, EffectiveConfig, list[Violation]], EvalResult]
 

@@ -9,7 +9,7 @@ group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for ev
 simulated only if it passes; once a group loses, its other points are skipped unchecked. The result
 equals scoring every fitting point, ties broken by config key.
 
-With `within` (the oracle's stated error, which the robust pick chooses within, `planner/pick.py`), the
+With `within` (the oracle's stated error, which the robust pick chooses within, `planner/search/pick.py`), the
 sweep ranks `KEEP` more points than the top-k and returns those of them within that share of the best
 beside the top-k: the robust pick then weighs up to k + KEEP layouts, not the top-k alone. KEEP bounds
 the cost where the stated error is wide (MoE on AMD: ±45 %, where most of the space is within it):
