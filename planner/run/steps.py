@@ -26,7 +26,7 @@ from ..search.seed_plan import seed_plan
 from ..search.sweep import SweepResult
 from . import exports
 from .measurements import recalibrate
-from .plots import write_breakdown_plot
+from .plots import write_breakdown_plot, write_trials_plot
 
 Scorer = Callable[[Ledger, Workload, ClusterSpec, EffectiveConfig, list[Violation]], EvalResult]
 
@@ -156,7 +156,7 @@ def write_artifacts(out_dir: Path, workload: Workload, cluster: ClusterSpec, tri
     exports.write_trials_jsonl(out_dir / "trials.jsonl", trials)
     exports.write_summary(out_dir / "summary.json", summary)
     exports.write_overlays(out_dir / "trials", workload, trials)
-    exports.write_plot(out_dir / "trials.png", trials, title, baseline=baseline.tokens_per_s_per_gpu,
+    write_trials_plot(out_dir / "trials.png", trials, title, baseline=baseline.tokens_per_s_per_gpu,
                        measured=measured, winner_id=winner.id if winner else None, error=error)
     written = ["trials.jsonl", "summary.json", "trials/", "trials.png"]
     if winner is not None and winner.result.iteration_ms and baseline.iteration_ms:
