@@ -36,8 +36,8 @@ from paratune.oracle.performance.simulate import (  # noqa: E402
     simulated_tokens_per_s_per_gpu,
     simulated_tokens_per_s_per_gpu_batch,
 )
-from paratune.planner.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu  # noqa: E402
-from paratune.planner.sweep import BLOCK  # noqa: E402
+from paratune.planner.search.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu  # noqa: E402
+from paratune.planner.search.sweep import BLOCK  # noqa: E402
 
 REPEATS = 3
 LAYOUTS = 1000

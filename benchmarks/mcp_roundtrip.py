@@ -21,7 +21,7 @@ import yaml
 from mcp import Client, StdioServerParameters
 
 from paratune.oracle.inputs import load_cluster, load_workload
-from paratune.planner.space import enumerate_space
+from paratune.planner.search.space import enumerate_space
 
 ROOT = Path(__file__).resolve().parents[1]
 

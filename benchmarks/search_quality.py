@@ -23,9 +23,9 @@ from shipped import shipped  # noqa: E402
 
 from paratune.ledger.store import Ledger  # noqa: E402
 from paratune.oracle.performance.uncertainty import uncertainty  # noqa: E402
-from paratune.planner.pick import tps  # noqa: E402
-from paratune.planner.runs import final_pick, own_trial, record_sweep, score_seed_plan  # noqa: E402
-from paratune.planner.sweep import sweep  # noqa: E402
+from paratune.planner.run.steps import final_pick, own_trial, record_sweep, score_seed_plan  # noqa: E402
+from paratune.planner.search.pick import tps  # noqa: E402
+from paratune.planner.search.sweep import sweep  # noqa: E402
 
 
 def main() -> None:

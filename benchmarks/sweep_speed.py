@@ -23,7 +23,7 @@ from shipped import PAIRS, ROOT  # noqa: E402
 
 from paratune.oracle.inputs import load_cluster, load_workload  # noqa: E402
 from paratune.oracle.performance.uncertainty import uncertainty  # noqa: E402
-from paratune.planner.sweep import sweep  # noqa: E402
+from paratune.planner.search.sweep import sweep  # noqa: E402
 
 REPEATS = 3
 MAIN = ("mixtral-8x22b-mi355x-recipe.yaml", "mi355x-4n.yaml")  # the README's first command

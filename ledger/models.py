@@ -32,7 +32,7 @@ class RunInfo(_Row):
 
 
 class Factors(_Row):
-    """Per-run corrections fitted to the user's measurements (`planner/measurements.py`)."""
+    """Per-run corrections fitted to the user's measurements (`planner/run/measurements.py`)."""
 
     compute: float  # multiplies compute + recompute ms
     other: float  # multiplies communication, pipeline bubble and optimizer ms

@@ -288,6 +288,35 @@ def _argparse_dest(call: ast.Call) -> str | None:
     return chosen.lstrip("-").replace("-", "_")
 
 
+def _local_lists(func: ast.AST) -> dict[str, ast.expr]:
+    """The list/tuple literals a function assigns to plain names (what `exclude=` may name)."""
+    return {
+        t.id: node.value
+        for node in ast.walk(func)
+        if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple))
+        for t in node.targets
+        if isinstance(t, ast.Name)
+    }
+
+
+def _factory_names(src: PySources, module: str, call: ast.Call, local_lists: dict[str, ast.expr]
+                   ) -> tuple[set[str], str]:
+    """(argparse destinations, note) of one `ArgumentGroupFactory(ConfigClass, exclude=...)` call: the
+    config dataclass's fields less the excluded ones, each under its dest override if it has one."""
+    cls_name = call.args[0].id  # type: ignore[attr-defined]
+    hit = src.find_class(module, cls_name)
+    if hit is None:
+        raise SystemExit(f"cannot find {cls_name} (ArgumentGroupFactory at line {call.lineno})")
+    exclude: set[str] = set()
+    for kw in call.keywords:
+        if kw.arg == "exclude":
+            value = local_lists.get(kw.value.id) if isinstance(kw.value, ast.Name) else kw.value
+            exclude = set(ast.literal_eval(value)) if value is not None else set()
+    fields = src.fields(*hit)
+    names = {_argparse_dest_override(node) or fname for fname, node in fields.items() if fname not in exclude}
+    return names, f"{cls_name} ({hit[0]}): {len(fields)} fields, {len(exclude)} excluded"
+
+
 def megatron_lm_names(tree: GitTree) -> tuple[set[str], list[str]]:
     src = PySources([("megatron", tree, "megatron")])
     mod = src.module("megatron.training.arguments")
@@ -298,13 +327,7 @@ def megatron_lm_names(tree: GitTree) -> tuple[set[str], list[str]]:
     for func in ast.walk(mod.tree):
         if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        local_lists = {
-            t.id: node.value
-            for node in ast.walk(func)
-            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.List, ast.Tuple))
-            for t in node.targets
-            if isinstance(t, ast.Name)
-        }
+        local_lists = _local_lists(func)
         for call in ast.walk(func):
             if not isinstance(call, ast.Call):
                 continue
@@ -313,20 +336,9 @@ def megatron_lm_names(tree: GitTree) -> tuple[set[str], list[str]]:
                 if dest and dest != "help":
                     names.add(dest)
             elif isinstance(call.func, ast.Name) and call.func.id == "ArgumentGroupFactory":
-                cls_name = call.args[0].id  # type: ignore[attr-defined]
-                hit = src.find_class(mod.name, cls_name)
-                if hit is None:
-                    raise SystemExit(f"cannot find {cls_name} (ArgumentGroupFactory at line {call.lineno})")
-                exclude: set[str] = set()
-                for kw in call.keywords:
-                    if kw.arg == "exclude":
-                        value = local_lists.get(kw.value.id) if isinstance(kw.value, ast.Name) else kw.value
-                        exclude = set(ast.literal_eval(value)) if value is not None else set()
-                fields = src.fields(*hit)
-                for fname, node in fields.items():
-                    if fname not in exclude:
-                        names.add(_argparse_dest_override(node) or fname)
-                notes.append(f"{cls_name} ({hit[0]}): {len(fields)} fields, {len(exclude)} excluded")
+                built, note = _factory_names(src, mod.name, call, local_lists)
+                names |= built
+                notes.append(note)
     for module, cls_name in MLM_CORE_CONFIGS:
         hit = src.find_class(module, cls_name)
         if hit is None:

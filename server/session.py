@@ -13,8 +13,8 @@ from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.inputs.read_guard import reads_under
 from paratune.oracle.knob_bounds import check_knob_bounds
 from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
-from paratune.planner.measurements import Adopted, adopt_measurements
-from paratune.planner.runs import score
+from paratune.planner.run.measurements import Adopted, adopt_measurements
+from paratune.planner.run.steps import score
 
 from .paths import AllowedRoots
 

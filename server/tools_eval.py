@@ -23,9 +23,9 @@ from paratune.oracle.evaluate import layout_violations
 from paratune.oracle.layout import layout_facts
 from paratune.oracle.legality import LegalAxes
 from paratune.oracle.specs import EffectiveConfig, EvalResult, TrialConfig, Violation
-from paratune.planner.explanation import Explanation
-from paratune.planner.explanation import explain as explain_path
-from paratune.planner.runs import final_pick
+from paratune.planner.run.steps import final_pick
+from paratune.planner.search.explanation import Explanation
+from paratune.planner.search.explanation import explain as explain_path
 
 from .offload import BENCHMARK_S, EXPLAIN_S, LAYOUT_S, off_loop
 from .session import Session

@@ -20,9 +20,9 @@ from paratune.oracle.specs import (
     TrainingArgs,
 )
 from paratune.planner.launch import LaunchPlan
-from paratune.planner.measurements import record
-from paratune.planner.pick import Pick
-from paratune.planner.runs import configured_llm, final_pick, how_to_run
+from paratune.planner.run.measurements import record
+from paratune.planner.run.steps import configured_llm, final_pick, how_to_run
+from paratune.planner.search.pick import Pick
 
 from .llm import LLMAnswer, ask_bounded
 from .paths import plain_text

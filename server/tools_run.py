@@ -25,16 +25,16 @@ from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.performance.uncertainty import uncertainty
 from paratune.oracle.specs import Budget, EvalResult
 from paratune.planner.launch import LaunchPlan
-from paratune.planner.pick import Pick
-from paratune.planner.runs import (
+from paratune.planner.run.steps import (
     final_pick,
     how_to_run,
     record_sweep,
     score_seed_plan,
     write_artifacts,
 )
-from paratune.planner.seed_plan import seed_plan
-from paratune.planner.sweep import sweep as run_sweep
+from paratune.planner.search.pick import Pick
+from paratune.planner.search.seed_plan import seed_plan
+from paratune.planner.search.sweep import sweep as run_sweep
 
 from .offload import SEARCH_S, off_loop
 from .session import Session

@@ -20,7 +20,7 @@ from paratune.oracle.memory.estimate import estimate_memory_batch
 from paratune.oracle.performance import iteration_bound, schedule
 from paratune.oracle.performance.bound import iteration_bounds
 from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu, simulated_tokens_per_s_per_gpu_batch
-from paratune.planner.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu
+from paratune.planner.search.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # (workload, cluster, stack override): dense, MoE and MLA (with MTP); Megatron-LM, Megatron-Bridge and

@@ -16,7 +16,7 @@ from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.memory.estimate import NON_GIB_KEYS
 from paratune.oracle.specs import EvalResult, TrialConfig
-from paratune.planner.explanation import (
+from paratune.planner.search.explanation import (
     MEMORY_GROUPS,
     TIME_TERMS,
     Explanation,

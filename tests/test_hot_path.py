@@ -17,7 +17,7 @@ from paratune.oracle.layout import RecomputePlan, layout_facts
 from paratune.oracle.memory import estimate_memory
 from paratune.oracle.model_shape import model_shape
 from paratune.oracle.specs import EffectiveConfig, TrialConfig
-from paratune.planner.space import enumerate_layouts
+from paratune.planner.search.space import enumerate_layouts
 
 from .conftest import example
 

@@ -1,8 +1,7 @@
-"""Imports run one way: oracle (the pure model) < ledger < planner (search, launch, explain, pick,
-measurements) < server (MCP) < planner.cli, planner.tune_run and planner.investigator (the commands, the
-run orchestration, the LLM client of the server); calibration sits beside them on the oracle. Every
-folder imports as paratune.<folder>, never under its bare name. Read from the source with `ast`
-(relative imports resolved), so a new import against the direction fails here."""
+"""Imports run one way, floor by floor: each unit below may import only the units its floor names (and
+itself), so a new import against the direction fails here. Read from the source with `ast` (relative imports
+resolved, imports inside functions included). Every folder imports as paratune.<folder>, never under its bare
+name."""
 
 from __future__ import annotations
 
@@ -15,33 +14,41 @@ import pytest
 from .conftest import ROOT
 
 OURS = ("oracle", "ledger", "planner", "server", "calibration")
-# package (or module prefix) -> top-level packages it must not import
-FORBIDDEN = {
-    "oracle": {"ledger", "planner", "server", "calibration"},
-    "ledger": {"planner", "server", "calibration"},
-    "calibration": {"ledger", "planner", "server"},
-    "planner": {"server"},  # planner.cli is the exception: it starts the server
-    "server": {"calibration"},
+# The floors, lowest first: unit -> the units of ours it may import. A module belongs to the longest unit
+# that prefixes its name; planner/ has no module outside a unit (a newcomer tells the floor by the folder).
+FLOORS: dict[str, set[str]] = {
+    "oracle": set(),  # the pure model
+    "planner.llm": set(),  # LLM names, keys, bounds, failure classes: shared by the server and the client
+    "ledger": {"oracle"},  # storage only: no plotting, no artifact files
+    "calibration": {"oracle"},  # the published rows and the fit, beside the ledger on the oracle
+    "planner.search": {"oracle", "ledger"},  # the deterministic search over the oracle and the ledger's records
+    "planner.launch": {"oracle"},  # a layout as each stack's launch command and files
+    # a run on the ledger (scoring with dedupe and budget, measurements, verdict, the run's files and plots)
+    "planner.run": {"oracle", "ledger", "planner.search", "planner.launch", "planner.llm"},
+    # the MCP server: the oracle, the ledger and the planner's deterministic floors, never the commands
+    "server": {"oracle", "ledger", "planner.search", "planner.launch", "planner.run", "planner.llm"},
+    # the DSPy client reaches the oracle only through the server's MCP tools, never by import
+    "planner.investigator": {"planner.llm"},
+    # the commands and the tune orchestration: everything, and the only code that starts the server
+    "planner.cli": {"oracle", "ledger", "calibration", "planner.search", "planner.launch", "planner.run",
+                    "planner.llm", "server", "planner.investigator"},
 }
-ALLOWED = {("planner.cli", "server")}
-# The server sits below the command line, the run orchestration and the LLM investigator (an MCP client
-# of it); what it shares with the investigator (LLM names, keys, failure classes) is planner.llm.
-FORBIDDEN_SUBMODULES = {"server": ("planner.cli", "planner.tune_run", "planner.investigator"),
-                        "planner.llm": ("planner.investigator", "dspy")}
+# third-party packages a floor must not import: the shared LLM code stays free of DSPy (the server imports it)
+FORBIDDEN_LIBRARIES = {"planner.llm": ("dspy",), "oracle": ("matplotlib",), "ledger": ("matplotlib",)}
 
 
-def _module_name(path: Path) -> str:
+def _module_name(path: Path, root: Path = ROOT) -> str:
     """The logical name of a source file (without the paratune. prefix): oracle/memory/estimate.py ->
     oracle.memory.estimate."""
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = path.relative_to(root).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(path: Path, root: Path = ROOT) -> set[str]:
     """Every module `path` imports, absolute; relative imports resolved against its package, and the
     paratune. prefix dropped (so oracle.x whether written paratune.oracle.x or ..x)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = _module_name(path).split(".")
+    package = _module_name(path, root).split(".")
     if path.name != "__init__.py":
         package = package[:-1]
     out = set()
@@ -51,7 +58,10 @@ def _imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[: len(package) - node.level + 1]
-                out.add(".".join(base + ([node.module] if node.module else [])))
+                if node.module:
+                    out.add(".".join([*base, node.module]))
+                else:  # `from . import x`: x is a module of that package
+                    out |= {".".join([*base, a.name]) for a in node.names}
             elif node.module:
                 out.add(node.module)
     return {n.removeprefix("paratune.") for n in out}
@@ -61,23 +71,62 @@ def _sources(*folders: str) -> list[Path]:
     return [p for f in folders for p in sorted((ROOT / f).rglob("*.py"))]
 
 
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_imports_run_one_way(package):
+def _unit(module: str) -> str | None:
+    """The floor unit a module (or an imported name) belongs to: the longest FLOORS key prefixing it."""
+    hits = [u for u in FLOORS if module == u or module.startswith(u + ".")]
+    return max(hits, key=len) if hits else None
+
+
+def _ours(name: str) -> bool:
+    return name.split(".")[0] in OURS
+
+
+def test_every_module_sits_on_a_floor():
+    # planner/__init__.py (a docstring naming the floors) is the one module of ours outside a unit
+    loose = [m for m in map(_module_name, _sources(*OURS)) if _unit(m) is None and m != "planner"]
+    assert loose == []
+    assert _imports(ROOT / "planner" / "__init__.py") == set()
+
+
+def _violations(unit: str, paths: list[Path], root: Path = ROOT) -> list[str]:
+    """'module imports name' for each import of ours that `unit`'s floor does not allow (and each library
+    it must not use), over the modules of `unit` among `paths`."""
     bad = []
-    for path in _sources(package):
-        module = _module_name(path)
-        for name in _imports(path):
-            top = name.split(".")[0]
-            if top in FORBIDDEN[package] and not any(module.startswith(a) and top == b for a, b in ALLOWED):
+    for path in paths:
+        module = _module_name(path, root)
+        if _unit(module) != unit:
+            continue
+        for name in sorted(_imports(path, root)):
+            if (_ours(name) and _unit(name) not in FLOORS[unit] | {unit}) or \
+                    name.split(".")[0] in FORBIDDEN_LIBRARIES.get(unit, ()):
                 bad.append(f"{module} imports {name}")
-    assert bad == []
+    return bad
 
 
-@pytest.mark.parametrize("prefix", sorted(FORBIDDEN_SUBMODULES))
-def test_the_server_stays_below_the_commands_and_the_llm_client(prefix):
-    bad = [f"{_module_name(p)} imports {name}" for p in _sources(*OURS) if _module_name(p).startswith(prefix)
-           for name in _imports(p) if name.startswith(FORBIDDEN_SUBMODULES[prefix])]
-    assert bad == []
+@pytest.mark.parametrize("unit", sorted(FLOORS))
+def test_imports_run_down_the_floors(unit):
+    assert _violations(unit, _sources(*OURS)) == []
+
+
+def test_the_floors_are_an_order():
+    # each unit imports only units listed before it, so no two units import each other through any chain
+    units = list(FLOORS)
+    assert [u for i, u in enumerate(units) if not FLOORS[u] <= set(units[:i])] == []
+
+
+def test_a_violation_is_caught(tmp_path):
+    # the check itself can fail: the search reaching up to the server and the run steps, the investigator
+    # importing the oracle inside a function, the shared LLM code importing DSPy
+    files = {"planner/search/x.py": "from paratune.server.app import build_server\nfrom ..run import steps\n",
+             "planner/investigator/y.py": "def f():\n    from paratune.oracle.evaluate import evaluate_config\n",
+             "planner/llm/z.py": "import dspy\nfrom . import bounds\n"}
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True)
+        (tmp_path / rel).write_text(text)
+    paths = [tmp_path / rel for rel in files]
+    assert [v for unit in FLOORS for v in _violations(unit, paths, tmp_path)] == [
+        "planner.llm.z imports dspy", "planner.search.x imports planner.run",
+        "planner.search.x imports server.app", "planner.investigator.y imports oracle.evaluate"]
 
 
 def test_nothing_imports_a_folder_by_its_bare_name():

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.planner.cli.tune_run import TuneOptions, tune
 from paratune.planner.investigator.bounded_lm import build_lm
 from paratune.planner.investigator.phase_types import InvestigatorOptions
 from paratune.planner.llm.bounds import LLMBounds
@@ -22,7 +23,6 @@ from paratune.planner.llm.selection import (
     LLMNotConfigured,
     resolve_llm,
 )
-from paratune.planner.tune_run import TuneOptions, tune
 
 from .test_investigator_common import (
     FITS,

@@ -39,10 +39,10 @@ from paratune.oracle.specs.knobs import (
     Knob,
     knobs_of,
 )
-from paratune.planner import space
-from paratune.planner.explanation import UNITS
 from paratune.planner.launch.megatron_lm import layout_flags
-from paratune.planner.pick import EXOTIC
+from paratune.planner.search import space
+from paratune.planner.search.explanation import UNITS
+from paratune.planner.search.pick import EXOTIC
 
 from .conftest import ROOT
 from .test_server_common import in_process, portal_client, small_inputs

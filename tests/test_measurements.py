@@ -21,7 +21,7 @@ from paratune.oracle.errors import InputError
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.specs import EvalResult, TrialConfig
-from paratune.planner.measurements import adopt, as_measured, calibrate, check_figures, fit, record
+from paratune.planner.run.measurements import adopt, as_measured, calibrate, check_figures, fit, record
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE, in_process, portal_client, small_inputs

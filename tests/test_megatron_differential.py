@@ -185,59 +185,77 @@ def _render(stages: list[str], rng: random.Random) -> str:
     return text
 
 
+def _decoder_stages(rng: random.Random, count: int) -> list[str]:
+    """`count` stages of decoder layers: balanced with embedding and loss counted as one layer each, or
+    random (0-5 each)."""
+    if rng.random() < 0.5:  # balanced, embedding and loss counted as one layer each
+        c = rng.randint(1, 4)
+        decoders = [c] * count
+        if rng.random() < 0.5 and count > 1:
+            decoders[0] -= 1
+            decoders[-1] -= 1
+    else:
+        decoders = [rng.randint(0, 5) for _ in range(count)]
+    return ["t" * d for d in decoders]
+
+
+def _place_mtp(rng: random.Random, stages: list[str], mtp: int, place: str, last_row: int) -> None:
+    """Put the `mtp` MTP layers where `place` says (with the loss, a standalone last stage, an early
+    stage, split over the last two, before a decoder), in place."""
+    count = len(stages)
+    if place == "standalone" and count >= 2:
+        j = rng.randint(max(last_row, 1), count - 2) if max(last_row, 1) <= count - 2 else count - 2
+        for k in range(j + 1, count):
+            stages[k] = ""
+        stages[j] += "m" * mtp
+    elif place == "early" and last_row > 0:
+        stages[rng.randint(1, last_row - 1) if last_row > 1 else 0] += "m" * mtp
+    elif place == "split" and mtp == 2 and count >= 2:
+        stages[-2] += "m"
+        stages[-1] += "m"
+    elif place == "before_decoder" and count >= 2:
+        stages[-2] = "m" * mtp + stages[-2] + "t"
+    else:
+        stages[-1] += "m" * mtp
+
+
+def _mutate(rng: random.Random, stages: list[str]) -> float:
+    """Break the stages one way in four (E or L missing or twice, an empty or extra or missing stage, an
+    invalid symbol), in place; the draw, which also decides the odd syntax of the rendered text."""
+    mutate = rng.random()
+    if mutate < 0.04:
+        stages[0] = stages[0].replace("E", "")  # missing E
+    elif mutate < 0.08:
+        stages[-1] = stages[-1].replace("L", "")  # missing L
+    elif mutate < 0.10:
+        stages[-1] = "E" + stages[-1]  # E twice
+    elif mutate < 0.13:
+        stages.insert(0, "")  # leading empty stage: E is still first in the flat layout
+        if rng.random() < 0.5:
+            stages.pop()  # keep the count; the trailing stage held L
+            stages[-1] += "L"
+    elif mutate < 0.20:
+        stages.append(rng.choice(("", "t", "tt")))  # stage count off by one
+    elif mutate < 0.24 and len(stages) > 1:
+        stages.pop(rng.randrange(1, len(stages)))
+    elif mutate < 0.26:
+        stages[rng.randrange(len(stages))] += rng.choice(("x", " ", "T", "e"))  # invalid symbol
+    return mutate
+
+
 def layout_cases(rng: random.Random, n: int) -> list[Case]:
     out = []
     for _ in range(n):
         pp = rng.choice((1, 1, 2, 2, 3, 4, 4, 5, 8, 8, 16))
         v = rng.choice((1, 1, 2, 2, 3, 4)) if pp < 16 else rng.choice((1, 2))
-        count = pp * v
-        if rng.random() < 0.5:  # balanced, embedding and loss counted as one layer each
-            c = rng.randint(1, 4)
-            decoders = [c] * count
-            if rng.random() < 0.5 and count > 1:
-                decoders[0] -= 1
-                decoders[-1] -= 1
-        else:
-            decoders = [rng.randint(0, 5) for _ in range(count)]
-        stages = ["t" * d for d in decoders]
+        stages = _decoder_stages(rng, pp * v)
         mtp = rng.choice(MTPS)
         place = rng.choice(("with_loss", "with_loss", "standalone", "early", "split", "before_decoder"))
-        last_row = (v - 1) * pp  # first model index of the last virtual stage row
         if mtp:
-            if place == "standalone" and count >= 2:
-                j = rng.randint(max(last_row, 1), count - 2) if max(last_row, 1) <= count - 2 else count - 2
-                for k in range(j + 1, count):
-                    stages[k] = ""
-                stages[j] += "m" * mtp
-            elif place == "early" and last_row > 0:
-                stages[rng.randint(1, last_row - 1) if last_row > 1 else 0] += "m" * mtp
-            elif place == "split" and mtp == 2 and count >= 2:
-                stages[-2] += "m"
-                stages[-1] += "m"
-            elif place == "before_decoder" and count >= 2:
-                stages[-2] = "m" * mtp + stages[-2] + "t"
-            else:
-                stages[-1] += "m" * mtp
+            _place_mtp(rng, stages, mtp, place, last_row=(v - 1) * pp)  # first model index of the last row
         stages[0] = "E" + stages[0]
         stages[-1] += "L"
-        mutate = rng.random()
-        if mutate < 0.04:
-            stages[0] = stages[0].replace("E", "")  # missing E
-        elif mutate < 0.08:
-            stages[-1] = stages[-1].replace("L", "")  # missing L
-        elif mutate < 0.10:
-            stages[-1] = "E" + stages[-1]  # E twice
-        elif mutate < 0.13:
-            stages.insert(0, "")  # leading empty stage: E is still first in the flat layout
-            if rng.random() < 0.5:
-                stages.pop()  # keep the count; the trailing stage held L
-                stages[-1] += "L"
-        elif mutate < 0.20:
-            stages.append(rng.choice(("", "t", "tt")))  # stage count off by one
-        elif mutate < 0.24 and len(stages) > 1:
-            stages.pop(rng.randrange(1, len(stages)))
-        elif mutate < 0.26:
-            stages[rng.randrange(len(stages))] += rng.choice(("x", " ", "T", "e"))  # invalid symbol
+        mutate = _mutate(rng, stages)
         text = _render(stages, rng)
         if mutate > 0.985:  # odd syntax that Megatron's two regex passes still read in their own way
             text = rng.choice((text.replace("|", "||", 1), "(" + text, text + ")*2", text.replace("t", "t*0", 1),

@@ -12,7 +12,7 @@ import yaml
 from paratune.oracle.inputs.cluster_file import load_cluster
 from paratune.oracle.inputs.workload_file import load_workload
 from paratune.oracle.specs import EffectiveConfig
-from paratune.planner.sweep import sweep
+from paratune.planner.search.sweep import sweep
 
 from .conftest import EXAMPLES
 

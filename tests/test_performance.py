@@ -28,7 +28,7 @@ from paratune.oracle.performance.schedule import (
 )
 from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, Workload
 from paratune.oracle.specs.search import SearchConstraints
-from paratune.planner.space import (
+from paratune.planner.search.space import (
     bound_variants,
     enumerate_layouts,
     knob_points,

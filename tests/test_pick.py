@@ -14,7 +14,7 @@ from paratune.oracle.catalog import gpu
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.performance.uncertainty import UNCERTAINTY_FILE, family_name, uncertainty
 from paratune.oracle.specs import EvalResult
-from paratune.planner.pick import exotic_knobs, pick
+from paratune.planner.search.pick import exotic_knobs, pick
 
 from .conftest import example
 

@@ -9,7 +9,7 @@ import pytest
 
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.specs.search import SearchConstraints
-from paratune.planner.pins import pin_problems
+from paratune.planner.search.pins import pin_problems
 
 from .conftest import EXAMPLES
 from .test_server_common import PARATUNE

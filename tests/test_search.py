@@ -10,16 +10,16 @@ from paratune.oracle.constraints import rule_violations, search_rules
 from paratune.oracle.evaluate import evaluate_config
 from paratune.oracle.legality import validate
 from paratune.oracle.specs import TrialConfig
-from paratune.planner import sweep as sweep_module
-from paratune.planner.seed_plan import seed_plan
-from paratune.planner.space import (
+from paratune.planner.search import sweep as sweep_module
+from paratune.planner.search.seed_plan import seed_plan
+from paratune.planner.search.space import (
     enumerate_layouts,
     enumerate_space,
     knob_points,
     layout_knobs,
     menu,
 )
-from paratune.planner.sweep import sweep
+from paratune.planner.search.sweep import sweep
 
 from .conftest import example
 
@@ -127,7 +127,7 @@ def test_seed_best_never_beats_sweep(llama8b_sweep):
 
 
 def test_grid_helper_near():
-    from paratune.planner.seed_plan import _near
+    from paratune.planner.search.seed_plan import _near
 
     assert _near([1, 2, 4, 8], 4) == [2, 4, 8]
     assert _near([1, 2, 4, 8], 1) == [1, 2]

@@ -11,7 +11,7 @@ import subprocess
 import anyio
 
 from paratune.ledger import Ledger
-from paratune.ledger.exports import write_overlays
+from paratune.planner.run.exports import write_overlays
 from paratune.server.app import build_server
 from paratune.server.transport import BearerGuard
 

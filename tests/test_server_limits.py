@@ -24,7 +24,7 @@ from paratune.oracle.knob_bounds import check_knob_bounds
 from paratune.oracle.performance.schedule import _program as rank_orders_program
 from paratune.oracle.pipeline_split import SplitError, parse_layout
 from paratune.oracle.specs import TrialConfig
-from paratune.planner.sweep import sweep
+from paratune.planner.search.sweep import sweep
 from paratune.server.exact_args import exact_arguments
 from paratune.server.failures import describe
 from paratune.server.offload import off_loop

@@ -238,7 +238,7 @@ def test_sweep_records_its_top_k_with_progress(call):
 
 def test_sweep_keeps_the_layouts_within_the_error_for_the_robust_pick_as_tune_does(call):
     """Issue 25 item 2 over MCP: the robust pick weighs more than the top-k cut. With top_k 1 the sweep records,
-    as `paratune tune` does, the layouts within the oracle's stated error of the best (planner/sweep.py KEEP),
+    as `paratune tune` does, the layouts within the oracle's stated error of the best (planner/search/sweep.py KEEP),
     and export_best's robust pick counts them."""
     report = ok(call("sweep", top_k=1))
     a = call.session.active

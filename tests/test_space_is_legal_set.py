@@ -1,6 +1,6 @@
 """The search space is the legal set: on random small models and clusters (with random pins, allowed sets
 and exclusions), brute force over the product of the search axes finds exactly the points
-`planner.space.enumerate_space` yields legal, and nothing else (complete and sound).
+`planner.search.space.enumerate_space` yields legal, and nothing else (complete and sound).
 
 The brute force does not read the space's pruning: each axis ranges over every value it can take
 (every divisor of the world size for TP/PP/CP/EP, every divisor of the global batch for MBS, VPP up to
@@ -11,7 +11,7 @@ not search (its module docstring and `_knob_axes`) is stated here, each as one o
 - a choice, where the brute force takes the space's candidates: the pipeline split
   (`oracle.pipeline_split.candidate_splits`; `test_candidate_splits_exist_wherever_a_split_does` checks
   a split is offered wherever Megatron accepts one), the selective-recompute module sets
-  (`planner.space.selective_sets`), ETP in {TP, 1} (unless the user names ETP), full recompute's
+  (`planner.search.space.selective_sets`), ETP in {TP, 1} (unless the user names ETP), full recompute's
   method and layer count (pinned or Megatron's default), sync-free MoE stages (off unless pinned:
   their only modelled effect, the removed host syncs, rests on an unsourced prior);
 - an equivalence, where the space must hold exactly one legal point of each class: with EP = 1 the
@@ -40,7 +40,7 @@ from paratune.oracle.legality import SCHEDULES
 from paratune.oracle.pipeline_split import PipelineSplit, SplitError, candidate_splits, split_layers
 from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, Workload
 from paratune.oracle.specs.search import SearchConstraints
-from paratune.planner.space import enumerate_space, selective_sets
+from paratune.planner.search.space import enumerate_space, selective_sets
 
 CASES = 200
 # Codes of rules that read only TP, PP, CP, EP, ETP, MBS (with the model, the cluster, GBS and the

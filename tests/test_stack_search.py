@@ -17,16 +17,16 @@ from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.legality import validate
 from paratune.oracle.specs import TrialConfig
 from paratune.oracle.specs.search import SearchConstraints
-from paratune.planner import sweep as sweep_module
-from paratune.planner.seed_plan import seed_plan
-from paratune.planner.space import (
+from paratune.planner.search import sweep as sweep_module
+from paratune.planner.search.seed_plan import seed_plan
+from paratune.planner.search.space import (
     enumerate_layouts,
     enumerate_space,
     knob_points,
     layout_knobs,
     menu,
 )
-from paratune.planner.sweep import sweep
+from paratune.planner.search.sweep import sweep
 
 from .conftest import EXAMPLES, example
 from .test_server_common import PARATUNE, in_process, portal_client

@@ -208,7 +208,7 @@ def test_seed_plan_scores_at_benchmark_fidelity_through_the_same_path(tmp_path):
 
     from paratune.ledger.store import Ledger
     from paratune.oracle.benchmark import BenchmarkUnavailable
-    from paratune.planner.runs import score_seed_plan
+    from paratune.planner.run.steps import score_seed_plan
 
     w, c = example("llama8b")
     gpu_cluster = c.model_copy(update={"has_gpu": True,

@@ -8,8 +8,8 @@ from paratune.oracle.errors import InputError
 from paratune.oracle.inputs import load_cluster
 from paratune.oracle.specs import ClusterSpec, TrialConfig, Workload
 
-from ..explanation import explain, short_text
-from ..runs import final_pick
+from ..run.steps import final_pick
+from ..search.explanation import explain, short_text
 from .run_dir import add_run_arguments, open_run_ledger
 from .search_args import add_search_arguments, with_search_args
 from .trial_args import trial_from_args, within_bounds

@@ -1,14 +1,14 @@
 """`paratune measure`: record what the cluster measured for a trial; the run's projections are then
-calibrated to it (planner/measurements.py), and its pick and artifacts recomputed (planner/verdict.py)."""
+calibrated to it (planner/run/measurements.py), and its pick and artifacts recomputed (planner/run/verdict.py)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ..measurements import record
-from ..pick import tps
-from ..verdict import repick
+from ..run.measurements import record
+from ..run.verdict import repick
+from ..search.pick import tps
 from .run_dir import add_run_arguments, open_run_ledger
 
 

@@ -14,12 +14,12 @@ from paratune.oracle.constraints import pinned
 from paratune.oracle.errors import InputError
 from paratune.oracle.inputs import load_cluster
 
-from ..explanation import short_text
 from ..investigator.phase_types import InvestigatorOptions
 from ..llm.env_file import EnvFileError, load_env_file
-from ..pins import check_pins, no_layout_error
-from ..tune_run import TuneOptions, tune
+from ..search.explanation import short_text
+from ..search.pins import check_pins, no_layout_error
 from .search_args import add_search_arguments, search_argv, with_search_args
+from .tune_run import TuneOptions, tune
 from .workload_args import add_workload_arguments, own_workload, primus_root_argv, reading_lines
 
 

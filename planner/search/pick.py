@@ -1,11 +1,11 @@
 """The final pick among a run's fitting trials: robust by default, the raw argmax on request.
 
 Each trial is ranked by its measurement where the cluster measured it, else by its calibrated
-projection, else by its raw one (`planner/measurements.py`). The projection's stated error
+projection, else by its raw one (`planner/run/measurements.py`). The projection's stated error
 (`oracle/performance/uncertainty.py`: the accuracy report's MAPE on the family's published runs) means
 layouts within that error of the best cannot be told apart by the oracle; the robust pick chooses among
 all of them (every trial of the run: beside its top-k the sweep keeps up to `KEEP` points within the
-error, `planner/sweep.py`):
+error, `planner/search/sweep.py`):
 - a measured layout below another measured layout is out: the evidence has compared them;
 - never below the user's own layout (`own`, the run's baseline) when it fits;
 - a measured layout first: a projection within the error of it is no better known than it;

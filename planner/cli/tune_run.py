@@ -14,7 +14,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from paratune.ledger import exports
 from paratune.ledger.models import Calibrated
 from paratune.ledger.store import Ledger
 from paratune.oracle.benchmark.gate import BenchmarkUnavailable, benchmark_device
@@ -22,20 +21,21 @@ from paratune.oracle.errors import InputError
 from paratune.oracle.performance.uncertainty import uncertainty
 from paratune.oracle.specs import ClusterSpec, EvalResult, TrialConfig, Workload
 
-from .explanation import Explanation
-from .investigator.phase_types import InvestigationReport, InvestigatorOptions
-from .launch import LaunchPlan
-from .llm.selection import (
+from ..investigator.phase_types import InvestigationReport, InvestigatorOptions
+from ..launch import LaunchPlan
+from ..llm.selection import (
     LLMConfig,
     LLMNotConfigured,
     dry_run_llm,
     resolve_llm,
 )
-from .measurements import adopt_measurements
-from .pick import Pick, PickRule
-from .runs import record_sweep, score_seed_plan
-from .sweep import SweepResult, sweep
-from .verdict import verdict, write_verdict
+from ..run import exports
+from ..run.measurements import adopt_measurements
+from ..run.steps import record_sweep, score_seed_plan
+from ..run.verdict import verdict, write_verdict
+from ..search.explanation import Explanation
+from ..search.pick import Pick, PickRule
+from ..search.sweep import SweepResult, sweep
 
 LLM_SHARE = 0.5  # with an LLM phase ahead, the seed plan leaves this share of the simulate budget to it
 
@@ -67,7 +67,8 @@ class TuneOutcome(BaseModel):
     winner_calibrated: Calibrated | None
     pick: Pick | None
     baseline: EvalResult = Field(description="the user's own layout (before any --fix), simulated")
-    attribution: Explanation = Field(description="why the winner beats the user's layout (planner/explanation.py)")
+    attribution: Explanation = Field(
+        description="why the winner beats the user's layout (planner/search/explanation.py)")
     measurements_used: str = Field(description="which measurements of this model on this cluster the run uses")
     workload_file: str = Field(description="the workload file the launch artifacts refer to")
     workload_notes: list[str] = Field(description="how reading the workload read a value (a deprecated spelling "
@@ -117,9 +118,9 @@ def _over_mcp(ledger: Ledger, run_id: int, llm: LLMConfig, cluster: ClusterSpec,
               ) -> tuple[SeedOutcome | None, InvestigationReport | None, str]:
     """(seeds, report, status line): the seed plan, then the LLM phase, over one `paratune serve` on this run's
     ledger that does all the scoring (one oracle start-up); seeds is None when the server never got to them."""
-    from .investigator.bounded_lm import build_lm
-    from .investigator.phase import investigate, serve_run
-    from .llm.failures import one_line
+    from ..investigator.bounded_lm import build_lm
+    from ..investigator.phase import investigate, serve_run
+    from ..llm.failures import one_line
 
     seeds: SeedOutcome | None = None
     start = time.perf_counter()

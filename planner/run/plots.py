@@ -1,83 +1,40 @@
-"""Per-run artifacts: trials.jsonl, summary.json, trials.png and trials/<id>.yaml, each written atomically."""
+"""A run's plots: trials.png (the search, trial by trial) and breakdown.png (where the winner's time and
+memory go, against the baseline's), written atomically on the headless Agg backend."""
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
+from paratune.ledger.models import Measurement, TrialRecord
+from paratune.oracle.specs import EvalResult
 
-from paratune.oracle.specs import Workload
-
-from .models import Measurement, TrialRecord
-
-FILE_MODE = 0o644  # artifacts are for the team: readable by all, like the ledger
-SCRIPT_MODE = 0o755  # launch.sh runs as it is
+from ..search.explanation import memory_terms, time_terms
+from .exports import write_atomic
 
 
-def _atomic(path: Path, write: Callable[[Path], object], mode: int = FILE_MODE) -> None:
-    """Write to a temporary sibling, then rename over `path`: readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        write(Path(tmp))
-        os.chmod(tmp, mode)  # mkstemp makes 0600
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def write_text(path: Path, text: str, *, executable: bool = False) -> None:
-    _atomic(path, lambda p: p.write_text(text, encoding="utf-8"), SCRIPT_MODE if executable else FILE_MODE)
-
-
-def write_trials_jsonl(path: Path, trials: list[TrialRecord]) -> None:
-    """One JSON object per trial: id, origin, fidelity, config and the full result."""
-    lines = [t.model_dump_json(include={"id", "origin", "fidelity", "config_key", "config", "result", "wall_ms"})
-             for t in trials]
-    write_text(path, "".join(line + "\n" for line in lines))
-
-
-def write_summary(path: Path, summary: dict[str, Any]) -> None:
-    write_text(path, json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
-
-
-def overlay(workload: Workload, trial: TrialRecord) -> str:
-    """A self-contained native workload YAML reproducing one trial (`paratune project ... --workload`)."""
-    knobs = trial.knobs
-    training = workload.training.model_copy(update=knobs.overrides())
-    body = {**workload.model.model_dump(exclude_none=True), **training.model_dump(mode="json", exclude_none=True)}
-    tps = trial.tokens_per_s_per_gpu
-    head = (f"# paratune trial {trial.id} ({trial.origin}, {trial.fidelity}): "
-            f"{f'{tps:.1f} tokens/s/GPU' if tps is not None else 'no throughput'}"
-            f"{'' if trial.legal else ' [illegal]'}{'' if trial.fits in (True, None) else ' [does not fit]'}\n")
-    return head + yaml.safe_dump(body, sort_keys=False)
-
-
-def write_overlays(directory: Path, workload: Workload, trials: list[TrialRecord]) -> None:
-    """trials/<id>.yaml for every trial; the folder is swapped in whole, never half-written."""
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    for stale in directory.parent.glob(f".{directory.name}.*"):  # left by a writer killed mid-way
-        shutil.rmtree(stale, ignore_errors=True)
-    staging = Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}."))
-    try:
-        os.chmod(staging, 0o755)
-        for t in trials:
-            (staging / f"{t.id}.yaml").write_text(overlay(workload, t), encoding="utf-8")
-        old = directory.with_name(f".{directory.name}.old")
-        if directory.exists():
-            os.replace(directory, old)
-        os.replace(staging, directory)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+def write_breakdown_plot(path: Path, baseline: EvalResult, winner: EvalResult, title: str) -> None:
+    """breakdown.png: the winner's time (ms per iteration by term) and memory (GiB per GPU by group)
+    as stacked bars beside the baseline's."""
+    fig, axes = figure(1, 2, figsize=(9, 4.8))
+    for ax, terms, unit in ((axes[0], time_terms(baseline, winner), "ms per iteration"),
+                            (axes[1], memory_terms(baseline, winner), "GiB per GPU")):
+        bottoms = [0.0, 0.0]
+        for t in terms:
+            if t.baseline == 0 and t.winner == 0:
+                continue
+            ax.bar(["baseline", "winner"], [t.baseline, t.winner], bottom=bottoms, label=t.term)
+            bottoms = [bottoms[0] + t.baseline, bottoms[1] + t.winner]
+        ax.set_ylabel(unit)
+        ax.legend(fontsize=7)
+    axes[0].set_title("time")
+    axes[1].set_title("memory")
+    if winner.memory_cap_gb:
+        axes[1].axhline(winner.memory_cap_gb, color="tab:red", linestyle="--", linewidth=1)
+        axes[1].text(1.45, winner.memory_cap_gb, "cap", color="tab:red", fontsize=8, va="bottom", ha="right")
+    fig.suptitle(title)
+    savefig(path, fig)
 
 
 def phase_of(origin: str) -> str:
@@ -94,7 +51,7 @@ def savefig(path: Path, fig: Any) -> None:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    _atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
+    write_atomic(path, lambda p: fig.savefig(p, format="png", dpi=110))
     plt.close(fig)
 
 
@@ -108,7 +65,7 @@ def figure(*args: Any, **kw: Any) -> Any:
     return plt.subplots(*args, **kw)
 
 
-def write_plot(path: Path, trials: list[TrialRecord], title: str, *, baseline: float | None = None,
+def write_trials_plot(path: Path, trials: list[TrialRecord], title: str, *, baseline: float | None = None,
                measured: Sequence[Measurement] = (), winner_id: int | None = None, error: float | None = None) -> None:
     """trials.png: projected tokens/s/GPU of each scored trial in the order scored, the search phases
     divided and named, the incumbent as a step line, the band within the oracle's stated `error` of the

@@ -16,7 +16,7 @@ bounds of the groups with a fitting point (`iteration_bounds`), and the simulati
 batched call equals its scalar one to the last bit, so only which points are skipped depends on the blocks,
 never the top-k. Per-point Python objects remain: every point of a scored layout gets its `EffectiveConfig`.
 
-With `within` (the oracle's stated error, which the robust pick chooses within, `planner/pick.py`), the
+With `within` (the oracle's stated error, which the robust pick chooses within, `planner/search/pick.py`), the
 sweep ranks `KEEP` more points than the top-k and returns those of them within that share of the best
 beside the top-k: the robust pick then weighs up to k + KEEP layouts, not the top-k alone. KEEP bounds
 the cost where the stated error is wide (MoE on AMD: ±45 %, where most of the space is within it):

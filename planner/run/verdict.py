@@ -1,7 +1,7 @@
 """A run's answer: its pick, explained against the user's own layout, and the artifacts that state it.
 
 `tune` writes it when the search ends; `paratune measure` and the MCP `record_measurement` recompute it
-when a measurement arrives (the pick follows the evidence, `planner/pick.py`), so `summary.json`,
+when a measurement arrives (the pick follows the evidence, `planner/search/pick.py`), so `summary.json`,
 `trials.png`, `launch.sh`, `explain` and `get_best` never state a pick the ledger no longer makes.
 
 The explanation starts from the user's own layout, before any `--fix`: a pinned knob is a constraint
@@ -19,11 +19,11 @@ from paratune.ledger.models import Calibrated, Measurement, TrialRecord
 from paratune.ledger.store import Ledger
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
 
-from .explanation import Explanation, explain
-from .launch import LaunchPlan
-from .pick import Pick, PickRule
-from .pins import unpinned
-from .runs import final_pick, how_to_run, write_artifacts
+from ..launch import LaunchPlan
+from ..search.explanation import Explanation, explain
+from ..search.pick import Pick, PickRule
+from ..search.pins import unpinned
+from .steps import final_pick, how_to_run, write_artifacts
 
 
 class Verdict(BaseModel):

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paratune.ledger import exports
 from paratune.ledger.models import Fidelity, Measurement, TrialRecord
 from paratune.ledger.store import BudgetExhausted, Ledger
 from paratune.oracle.benchmark import evaluate_with_benchmark
@@ -20,13 +19,14 @@ from paratune.oracle.evaluate import evaluate_config, layout_violations
 from paratune.oracle.performance.uncertainty import uncertainty
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Violation, Workload
 
-from .launch import LaunchPlan, launch_plan
-from .llm.selection import named_llm
+from ..launch import LaunchPlan, launch_plan
+from ..llm.selection import named_llm
+from ..search.pick import Pick, PickRule, pick
+from ..search.seed_plan import seed_plan
+from ..search.sweep import SweepResult
+from . import exports
 from .measurements import recalibrate
-from .pick import Pick, PickRule, pick
-from .plots import write_breakdown_plot
-from .seed_plan import seed_plan
-from .sweep import SweepResult
+from .plots import write_breakdown_plot, write_trials_plot
 
 Scorer = Callable[[Ledger, Workload, ClusterSpec, EffectiveConfig, list[Violation]], EvalResult]
 
@@ -156,7 +156,7 @@ def write_artifacts(out_dir: Path, workload: Workload, cluster: ClusterSpec, tri
     exports.write_trials_jsonl(out_dir / "trials.jsonl", trials)
     exports.write_summary(out_dir / "summary.json", summary)
     exports.write_overlays(out_dir / "trials", workload, trials)
-    exports.write_plot(out_dir / "trials.png", trials, title, baseline=baseline.tokens_per_s_per_gpu,
+    write_trials_plot(out_dir / "trials.png", trials, title, baseline=baseline.tokens_per_s_per_gpu,
                        measured=measured, winner_id=winner.id if winner else None, error=error)
     written = ["trials.jsonl", "summary.json", "trials/", "trials.png"]
     if winner is not None and winner.result.iteration_ms and baseline.iteration_ms:
