@@ -33,7 +33,8 @@ def neighbours(legal_axes: dict[str, Any], incumbent: dict[str, Any], baseline: 
     each states only the knobs that differ from the workload's `baseline` (absent knobs keep its values)."""
     base = {k: v for k, v in incumbent.items() if k in legal_axes and v != baseline.get(k)
             and not (v in (None, False) and k not in baseline)}
-    moves = {axis: [v for v in values if v != base.get(axis)] for axis, values in legal_axes.items()
+    current = {**baseline, **incumbent}
+    moves = {axis: [v for v in values if v != current.get(axis)] for axis, values in legal_axes.items()
              if isinstance(values, list) and len(values) > 1}
     depth = max(map(len, moves.values()), default=0)
     return [{**base, axis: values[i]} for i in range(depth) for axis, values in moves.items() if i < len(values)]
