@@ -24,7 +24,8 @@ from paratune.oracle.specs.knobs import KNOB_SPECS
 
 PickRule = Literal["robust", "argmax"]
 HEADROOM_TIE_GB = 1.0
-# Knobs whose effect rests on a prior (overlap_cost) or on a stack's special build, not on fitted rows.
+# Knobs whose effect rests on one constant shared by every family (overlap_cost, fitted on all rows at once:
+# no published on/off pair isolates it) or on a stack's special build, not on rows of their own.
 # name -> its off value (the registry's).
 EXOTIC = {k: KNOB_SPECS[k].off for k in ("use_turbo_deepep", "tp_comm_overlap", "overlap_moe_expert_parallel_comm",
                                          "cuda_graph_impl", "fp8", "use_torch_fsdp2", "use_megatron_fsdp",
