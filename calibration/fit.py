@@ -182,7 +182,8 @@ def fit_all(rows: list[Row], chosen: Chosen, refit: set[str] | None = None
             continue
         members = group_rows(rows, group)
         if not members or (group == "amd-origami" and not origami_available()):
-            print(group, "skipped:", "no rows" if not members else "rocm-origami is not installed; origami_eff kept")
+            why = "no rows" if not members else "rocm-origami is not installed; origami_eff and launch_us kept"
+            print(group, "skipped:", why)
             continue
         earlier = {k: v for g, vals in out.items() if set(GROUPS[g][0]) & set(families) for k, v in vals.items()}
         out[group] = fit_group(members, families, names, {**earlier, **settings}, chosen)

@@ -99,11 +99,9 @@ def host_bound(ctx: Ctx, moe: bool, gpu_f: float, gpu_b: float, pre_f: float) ->
     max(g_E + g_A, h_E + max(g_A, h_A)): the GPU idles while the host issues a host-heavy expert scope,
     and the next attention cannot start before it is issued. Without a sync the host runs ahead and the
     layer takes max(GPU, host). The backward has no sync (the combine's sizes are the forward's)."""
-    per_scope = _scope_launches(ctx, moe)
-    us = ctx.c.launch_us * 1e-3
-    host = sum(per_scope.values()) * us
+    host = host_forward_ms(ctx, moe)
     forward = max(gpu_f, host)
     if moe and dispatch_syncs(ctx):
-        h_e = per_scope["moe"] * us
+        h_e = _scope_launches(ctx, moe)["moe"] * ctx.c.launch_us * 1e-3
         forward = max(gpu_f, h_e + max(pre_f, host - h_e))
     return forward - gpu_f, max(0.0, 2 * host - gpu_b)
