@@ -47,7 +47,10 @@ GROUPS = {
     "hopper": (("hopper",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "launch_us"), {}),
     "amd-roofline": (("cdna3", "cdna4"), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {"gemm_model": "roofline"}),
     "amd-origami": (("cdna3", "cdna4"), ("origami_eff", "launch_us"), {}),
-    "blackwell": (("blackwell",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "launch_us"), {}),
+    # the host and TP-collective constants over both Blackwell dies, then each die's efficiencies on its own rows
+    "blackwell-shared": (("blackwell", "blackwell-ultra"), ("tp_exposed", "launch_us"), {}),
+    "blackwell": (("blackwell",), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {}),
+    "blackwell-ultra": (("blackwell-ultra",), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {}),
 }
 ROUNDS = 2  # each round re-chooses every row's tuned layout under the constants fitted so far
 COPIES: dict[str, str] = {}  # families without rows (held.copied in calibration.yaml): none now
