@@ -151,3 +151,39 @@ def test_turbo_deepep_share_from_amds_alltoall_breakdown():
         ctx = layer_context(model_shape(model), cfg, cluster, constants(mi355x), layout_facts(model, cfg, 8))
         times[name] = dispatch_combine(ctx)
     assert times["turbo"] < times["alltoall"]
+
+
+def test_internode_rates_count_only_the_bytes_that_cross_the_nic():
+    """DeepEP's and HybridEP's internode tables print bytes counted with the sender's own node included;
+    the RDMA bytes are (N-1)/N of them for N nodes. DeepEP's maintainer reads the EP16 (2-node) figure
+    of 43 GB/s as 43 x 0.5 = 21.5 GB/s on the wire (deepseek-ai/DeepEP issue #285); EP32 (4 nodes):
+    57.5 x 3/4 = 43.125 GB/s; HybridEP on H100, 16 ranks: 57.35 x 1/2 = 28.675 GB/s (README_Hybrid-EP.md
+    table, mean of dispatch 57.74 and combine 56.96). Intra-node rates are unchanged."""
+    from paratune.oracle.performance.ep_bandwidth import link_rates
+
+    assert link_rates("deepep", H100, 16, 8)[1] == pytest.approx(21.5, rel=1e-9)
+    assert link_rates("deepep", H100, 32, 8)[1] == pytest.approx(57.5 * 3 / 4, rel=1e-9)
+    assert link_rates("hybridep", H100, 16, 8) == pytest.approx((450 * 533.4 / 900, 57.35 / 2), rel=1e-9)
+
+
+def test_hybridep_two_node_exchange_by_hand():
+    """Qwen3-30B-A3B (H 2048, 128 experts, top-8) at EP 16 over two H100 nodes, flex + HybridEP, MBS 1,
+    seq 4096: a token's copy crosses the NIC once if any of its 8 experts sits on the other node's 64,
+    P = 1 - C(64,8)/C(128,8), at 28.675 GB/s; inside the node one copy per other local rank its experts
+    touch, 7 x (1 - C(120,8)/C(128,8)), at HybridEP's 533.4/900 of 450 GB/s; the two run in parallel,
+    each with its step latency (moe_layer.dispatch_combine)."""
+    from math import comb
+
+    model = ModelArch(**model_card("qwen3-30b-a3b"))
+    args = dict(seq_length=4096, global_batch_size=1024, micro_batch_size=1, expert_model_parallel_size=16,
+                moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep", moe_grouped_gemm=True,
+                use_distributed_optimizer=True)
+    cluster = ClusterSpec(name="h100", num_nodes=2, gpus_per_node=8, gpu=H100, hbm_capacity_gb=80)
+    cfg = Workload(name="q30", model=model, training=TrainingArgs(**args)).effective()
+    ctx = layer_context(model_shape(model), cfg, cluster, C, layout_facts(model, cfg, cluster.world_size))
+    t, vector, rho = 4096, 2048 * 2, load_imbalance(ctx)
+    inter = t * vector * (1 - comb(64, 8) / comb(128, 8)) * rho / (57.35 / 2 * 1e6) + C.alpha_inter_us * 1e-3
+    intra_rate = 450 * 533.4 / 900 * 1e6  # bytes per ms
+    intra = t * vector * 7 * (1 - comb(120, 8) / comb(128, 8)) * rho / intra_rate + C.alpha_intra_us * 1e-3
+    assert inter > intra  # the NIC is the bottleneck
+    assert dispatch_combine(ctx) == pytest.approx(max(inter, intra), rel=1e-9)

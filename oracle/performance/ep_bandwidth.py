@@ -53,30 +53,30 @@ RCCL_AMD = LinkShare(
     source="AMD ROCm blog 'Understanding RCCL Bandwidth and xGMI Performance on MI300X' (2025-03-02): "
            "~48 GB/s usable of each 64 GB/s xGMI link; NIC share as NCCL's")
 # DeepEP V1 normal kernels (deepseek-ai/DeepEP docs/legacy.md): intranode EP8 on H800 153 GB/s dispatch,
-# 158 GB/s combine of its ~160 GB/s NVLink; internode EP16/32/64 RDMA 43/58/51 (dispatch), 43/57/50
-# (combine) GB/s of a 50 GB/s CX7 400G NIC, mean 50.3 GB/s.
-DEEPEP_V1 = LinkShare(
-    intra=155.5 / 160.0, inter=50.3 / 50.0,
-    source="DeepEP docs/legacy.md (H800, CX7 400G): intranode 153/158 GB/s of 160; internode mean 50.3 GB/s of 50")
+# 158 GB/s combine of its ~160 GB/s NVLink; internode EP16/32/64 "RDMA bottleneck bandwidth" 43/58/51
+# (dispatch), 43/57/50 (combine) GB/s on a 50 GB/s CX7 400G NIC per GPU, 8 GPUs per node.
+DEEPEP_V1_INTRA = 155.5 / 160.0
+DEEPEP_V1_INTER_BY_RANKS = ((16, 43.0 / 50.0), (32, 57.5 / 50.0), (64, 50.5 / 50.0))
+# The internode figures above and HybridEP's below count one copy per distinct node a token touches with
+# the sender's own node included (DeepEP tests/test_internode.py `num_rdma_token_sent =
+# rdma_idx.ne(-1).sum()`; hybrid-ep tests/utils.py `count_rdma_send_from_routing_map`: "to align with the
+# implementation in the DeepEP, we do not set the local node map to zeros"). Measured at the NIC
+# (deepseek-ai/DeepEP issue #51, mlnx_perf counters) the printed rate is N/(N-1) times the RDMA traffic of
+# N nodes, and the maintainer reads EP16's 43 GB/s as 43 x 0.5 = 21.5 GB/s on the wire (issue #285). Under
+# uniform routing a token touches each node alike, so of the counted bytes (N-1)/N cross the NIC: the rate
+# of the bytes `moe_layer` sends over RDMA (remote nodes only) is the printed one times (N-1)/N, N = the
+# benchmark's ranks / 8 (`_remote_share`).
+BENCH_GPUS_PER_NODE = 8  # DeepEP's and HybridEP's internode tables: 8-GPU H800 / H100 nodes
 # DeepEP's intranode rate is bounded by the SMs it runs on: B200, 16 SMs, Torch API, BF16 dispatch 348 GB/s
 # and combine 302 GB/s (DeepEP/hybrid-ep docs/README_Hybrid-EP.md comparison table): 20.3 GB/s per SM.
 DEEPEP_GB_S_PER_SM = (348.0 + 302.0) / 2 / 16
 DEEPEP_SMS = 20  # megatron-core fused_a2a.py set_deepep_num_sms default
 # HybridEP (DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md, Torch API, BF16 dispatch / combine):
 # B200 8 ranks 16 SMs 535.94 / 530.86 GB/s of 900; H100 internode (8 SMs) 16 ranks 57.74 / 56.96,
-# 32 ranks 46.54 / 50.68, 64 ranks 41.46 / 47.68 GB/s of a 50 GB/s NIC: "logical" rates, above the
-# NIC's line rate at 16 ranks, taken as the rate of the bytes `moe_layer` counts (one copy per remote
-# node). Read instead as rates over all of a rank's bytes, node-local share included (half the RDMA rate
-# at 16 ranks), they overstate Megatron-Bridge's published EP-overlap pair (Qwen3-30B-A3B, 16 H100,
-# HybridEP: 1.177x; 1.31x projected against 1.15x as taken here; tests/test_sharded_comm.py).
+# 32 ranks 46.54 / 50.68, 64 ranks 41.46 / 47.68 GB/s of a 50 GB/s NIC, counted with the own node
+# included like DeepEP's (above; the 16-rank figure is above the NIC's line rate only that way).
 HYBRIDEP_INTRA = 533.4 / 900.0
 HYBRIDEP_INTER_BY_RANKS = ((16, 57.35 / 50.0), (32, 48.61 / 50.0), (64, 44.57 / 50.0))
-# Not resolved: the benchmark that prints these rates (DeepEP hybrid-ep tests/test_hybrid_ep.py) divides
-# `count_rdma_send_from_routing_map` bytes by the time, one copy per distinct node a token touches with the
-# own node counted ("to align with the implementation in the DeepEP, we do not set the local node map to
-# zeros", tests/utils.py), and its NVL rate counts every row a rank receives, its own included. Counting
-# `moe_layer`'s bytes that way doubles a 2-node group's RDMA bytes, and the Bridge pair above then projects
-# 1.31x: the EP overlap would have to hide about half the exchange, which the model of it does not derive.
 # HybridEP across a GB200 NVL72 domain (same table, MNNVL, 32 SMs): 8 ranks 550.10 / 568.94, 16 ranks
 # 523.48 / 521.55, 32 ranks 484.22 / 464.54, 36 ranks 479.02 / 447.89 GB/s of 900.
 HYBRIDEP_NVL72_BY_RANKS = ((8, 559.5 / 900.0), (16, 522.5 / 900.0), (32, 474.4 / 900.0), (36, 463.5 / 900.0))
@@ -92,19 +92,34 @@ HYBRIDEP_NVL72_BY_RANKS = ((8, 559.5 / 900.0), (16, 522.5 / 900.0), (32, 474.4 /
 TURBO_VS_RCCL_TIME = (8.9 / 55.8) / (13.2 / 43.8)
 TURBO_VS_RCCL_BYTES = 6.2053 / 14.0
 TURBO_DEEPEP_SHARE = LinkShare(
-    intra=RCCL_AMD.intra * TURBO_VS_RCCL_BYTES / TURBO_VS_RCCL_TIME, inter=DEEPEP_V1.inter,
+    intra=RCCL_AMD.intra * TURBO_VS_RCCL_BYTES / TURBO_VS_RCCL_TIME, inter=0.0,  # RDMA: DeepEP's table
     source="Primus examples/moe_package/README.md Figure 11 (MI300X EP8, MoE-2T: Turbo DeepEP 0.529 of "
            "RCCL all-to-all's time for 0.443 of its bytes -> 0.8375 of RCCL's rate, derived); RDMA share "
-           "borrowed from DeepEP (no ROCm figure published)")
+           "borrowed from DeepEP's internode table (no ROCm figure published)")
+
+
+def _entry(table: tuple[tuple[int, float], ...], ranks: int) -> tuple[int, float]:
+    """The (rank count, share) entry of the largest published rank count not above `ranks` (the first
+    below the table)."""
+    out = table[0]
+    for entry in table:
+        if ranks >= entry[0]:
+            out = entry
+    return out
 
 
 def _by_ranks(table: tuple[tuple[int, float], ...], ranks: int) -> float:
-    """The entry of the largest published rank count not above `ranks` (the first below the table)."""
-    value = table[0][1]
-    for n, share in table:
-        if ranks >= n:
-            value = share
-    return value
+    """The share of `_entry`."""
+    return _entry(table, ranks)[1]
+
+
+def _remote_share(table: tuple[tuple[int, float], ...], ranks: int) -> float:
+    """Share of the NIC's line rate that remote-node bytes move at, from an internode table whose printed
+    rates count the own node's copies too: printed share x (N-1)/N for the N = ranks / 8 nodes of the
+    table entry used (DeepEP issues #51, #285; see above)."""
+    count, share = _entry(table, ranks)
+    nodes = count // BENCH_GPUS_PER_NODE
+    return share * (nodes - 1) / nodes
 
 
 def link_rates(backend: str, gpu: GPUSpec, ranks: int, domain: int) -> tuple[float, float]:
@@ -114,9 +129,10 @@ def link_rates(backend: str, gpu: GPUSpec, ranks: int, domain: int) -> tuple[flo
     if backend in (ALLGATHER, ALLTOALL):
         share = RCCL_AMD if gpu.vendor == "amd" else NCCL_NVIDIA
         return line_intra * share.intra, line_inter * share.inter
+    deepep_inter = line_inter * _remote_share(DEEPEP_V1_INTER_BY_RANKS, ranks)
     if backend == TURBO_DEEPEP:
-        return line_intra * TURBO_DEEPEP_SHARE.intra, line_inter * TURBO_DEEPEP_SHARE.inter
+        return line_intra * TURBO_DEEPEP_SHARE.intra, deepep_inter
     if backend == HYBRIDEP:
         intra = (_by_ranks(HYBRIDEP_NVL72_BY_RANKS, min(ranks, domain)) if domain > 8 else HYBRIDEP_INTRA)
-        return line_intra * intra, line_inter * _by_ranks(HYBRIDEP_INTER_BY_RANKS, ranks)
-    return (min(line_intra * DEEPEP_V1.intra, DEEPEP_SMS * DEEPEP_GB_S_PER_SM), line_inter * DEEPEP_V1.inter)
+        return line_intra * intra, line_inter * _remote_share(HYBRIDEP_INTER_BY_RANKS, ranks)
+    return min(line_intra * DEEPEP_V1_INTRA, DEEPEP_SMS * DEEPEP_GB_S_PER_SM), deepep_inter
