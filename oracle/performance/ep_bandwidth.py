@@ -87,15 +87,11 @@ HYBRIDEP_NVL72_BY_RANKS = ((8, 559.5 / 900.0), (16, 522.5 / 900.0), (32, 474.4 /
 # takes (8.9 / 55.8) / (13.2 / 43.8) = 0.529 of the all-to-all's time. It moves one copy per distinct
 # destination rank, 7 x (1 - C(392, 16) / C(448, 16)) = 6.205 per token (`moe_layer._distinct`), where
 # the all-to-all moves 16 x 7/8 = 14: 0.4432 of the bytes. Its achieved rate is therefore
-# 0.4432 / 0.529 = 0.8375 of RCCL's all-to-all rate (derived). RDMA: no figure, DeepEP's NVIDIA share is
-# borrowed.
+# 0.4432 / 0.529 = 0.8375 of RCCL's all-to-all rate (derived). RDMA: no ROCm figure is published; DeepEP's
+# internode table is borrowed (`link_rates`).
 TURBO_VS_RCCL_TIME = (8.9 / 55.8) / (13.2 / 43.8)
 TURBO_VS_RCCL_BYTES = 6.2053 / 14.0
-TURBO_DEEPEP_SHARE = LinkShare(
-    intra=RCCL_AMD.intra * TURBO_VS_RCCL_BYTES / TURBO_VS_RCCL_TIME, inter=0.0,  # RDMA: DeepEP's table
-    source="Primus examples/moe_package/README.md Figure 11 (MI300X EP8, MoE-2T: Turbo DeepEP 0.529 of "
-           "RCCL all-to-all's time for 0.443 of its bytes -> 0.8375 of RCCL's rate, derived); RDMA share "
-           "borrowed from DeepEP's internode table (no ROCm figure published)")
+TURBO_DEEPEP_INTRA = RCCL_AMD.intra * TURBO_VS_RCCL_BYTES / TURBO_VS_RCCL_TIME
 
 
 def _entry(table: tuple[tuple[int, float], ...], ranks: int) -> tuple[int, float]:
@@ -131,7 +127,7 @@ def link_rates(backend: str, gpu: GPUSpec, ranks: int, domain: int) -> tuple[flo
         return line_intra * share.intra, line_inter * share.inter
     deepep_inter = line_inter * _remote_share(DEEPEP_V1_INTER_BY_RANKS, ranks)
     if backend == TURBO_DEEPEP:
-        return line_intra * TURBO_DEEPEP_SHARE.intra, deepep_inter
+        return line_intra * TURBO_DEEPEP_INTRA, deepep_inter
     if backend == HYBRIDEP:
         intra = (_by_ranks(HYBRIDEP_NVL72_BY_RANKS, min(ranks, domain)) if domain > 8 else HYBRIDEP_INTRA)
         return line_intra * intra, line_inter * _remote_share(HYBRIDEP_INTER_BY_RANKS, ranks)
