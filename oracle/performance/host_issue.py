@@ -28,7 +28,9 @@ ATTN_OPS = 9
 MLP_OPS = 5
 ROUTER_OPS = 8
 PREPROCESS_OPS = 5
-EXPERT_OPS = 6  # dispatch, combine, unpermute, bias-dropout-add and the grouped fc1/fc2 pair
+# dispatch, combine, unpermute, bias-dropout-add and the grouped fc1, activation, fc2 (experts.py TEGroupedMLP:
+# linear_fc1, bias_act_func, linear_fc2)
+EXPERT_OPS = 7
 PER_EXPERT_OPS = 3  # fc1, activation, fc2 of one expert (SequentialMLP)
 SHARED_OPS = 4
 GRAPHABLE = ("attn", "mlp", "moe_router", "moe_preprocess", "moe")
@@ -71,7 +73,7 @@ def _expert_ops(ctx: Ctx, local: int) -> int:
         return EXPERT_OPS + 2 * q * local
     if ctx.legacy_grouped:
         return EXPERT_OPS - 2 + 2 * local
-    return EXPERT_OPS - 2 + local * (PER_EXPERT_OPS + 2 * q)
+    return EXPERT_OPS - 3 + local * (PER_EXPERT_OPS + 2 * q)
 
 
 def host_forward_ms(ctx: Ctx, moe: bool) -> float:
