@@ -194,7 +194,27 @@ def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> li
         out.append(_violation("gbs_mbs_dp", f"global batch {c['gbs']} is not divisible by MBS*DP = {c['mbs']}*{dp}"))
     _pipeline_rules(c, facts, out)
     _feature_rules(lim, c, facts, out)
+    _legacy_grouped_gemm_rules(lim, c, out)
     return out
+
+
+def _legacy_grouped_gemm_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
+    """What megatron-core's legacy GroupedMLP (`moe_grouped_gemm` with `moe_use_legacy_grouped_gemm`) refuses:
+    bias and moe_act recompute under FP8 (megatron-core 0.16.1 transformer/moe/experts.py GroupedMLP.__init__),
+    and Primus-Turbo's grouped GEMM, which sync-free stages 2-3 need (Primus fd1eeab
+    patches/args/rocm_arg_validation.py; transformer_engine_spec_provider.py `grouped_mlp_modules`)."""
+    if not (lim.is_moe and c["moe_grouped_gemm"] and c["moe_use_legacy_grouped_gemm"]):
+        return
+    if lim.moe_bias:
+        out.append(_violation("legacy_gg_bias", "the legacy GroupedMLP has no bias (experts.py: \"bias not supported "
+                              "in Grouped GEMM yet\"); unset moe_use_legacy_grouped_gemm or add_bias_linear"))
+    if c["fp8"] and "moe_act" in (c["recompute_modules"] or ()):
+        out.append(_violation("legacy_gg_moe_act_fp8", "moe_act recompute under FP8 \"cannot work with the legacy "
+                              "GroupedMLP\" (megatron-core experts.py)"))
+    if c["sync_free_stage"] >= 2:
+        out.append(_violation("legacy_gg_turbo", "sync-free stages 2-3 need Primus-Turbo's grouped GEMM, which "
+                              "\"is incompatible with moe_use_legacy_grouped_gemm=True\" (Primus "
+                              "rocm_arg_validation.py); set moe_use_legacy_grouped_gemm false"))
 
 
 def _pipeline_rules(c: dict, facts: LayoutFacts, out: list[Violation]) -> None:

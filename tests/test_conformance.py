@@ -146,7 +146,7 @@ def _primus_cases() -> list[tuple[str, str, str, TrialConfig]]:
         (recipe, "mi355x-4n.yaml", "recipe", TrialConfig()),
         (recipe, "mi355x-4n.yaml", "robust-pick-vpp1", TrialConfig(vpp=1)),
         (recipe, "mi355x-4n.yaml", "tp2-ep4-mbs2", TrialConfig(tp=2, ep=4, vpp=1, mbs=2)),
-        (recipe, "mi355x-4n.yaml", "turbo-deepep-syncfree2", TrialConfig(use_turbo_deepep=True, sync_free_stage=2)),
+        (recipe, "mi355x-4n.yaml", "turbo-deepep-syncfree1", TrialConfig(use_turbo_deepep=True, sync_free_stage=1)),
         (llama8b, "mi300x-1n.yaml", "dense-native", TrialConfig(tp=2, mbs=2)),
         (llama8b, "mi300x-1n.yaml", "dense-native-pp2", TrialConfig(tp=1, pp=2, vpp=4)),
     ]

@@ -55,21 +55,22 @@ def _qwen3_30b(**training):
 
 
 def test_host_launches_of_an_fp8_moe_layer_by_hand():
-    """No graphs: attention 9 + 2 FP8 quantisations, router 8, preprocess 5, experts 6 + 2 quantisations
-    for each of the 8 local experts (128 / EP 16), no shared expert: 44 launches at launch_us each."""
+    """No graphs: attention 9 + 2 FP8 quantisations, router 8, preprocess 5, experts 7 (dispatch, combine,
+    unpermute, bias-dropout-add, grouped fc1, activation, grouped fc2) + 2 quantisations for each of the 8 local
+    experts (128 / EP 16), no shared expert: 47 launches at launch_us each."""
     ctx, _ = _qwen3_30b()
-    assert host_forward_ms(ctx, True) == pytest.approx((11 + 8 + 5 + 6 + 16) * C.launch_us * 1e-3)
+    assert host_forward_ms(ctx, True) == pytest.approx((11 + 8 + 5 + 7 + 16) * C.launch_us * 1e-3)
 
 
 def test_graphs_replay_a_scope_with_one_launch_and_a_dispatch_sync_survives_the_preprocess_graph():
     """attn, moe_router and moe_preprocess captured: those scopes cost one launch each (3), the experts
-    their 22. HybridEP still syncs inside the dispatch (megatron-core token_dispatcher.py
+    their 23. HybridEP still syncs inside the dispatch (megatron-core token_dispatcher.py
     `_HybridEPManager.setup_metadata`: without `moe_expert_rank_capacity_factor` it "sizes buffers
     dynamically (CPU sync in dispatch)"); the all-to-all dispatcher's sync sits in the preprocess, which a
     graph cannot hold, so its captured preprocess has none; a graph of the whole MoE (sync-free) has none."""
     partial = dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
     ctx, _ = _qwen3_30b(**partial)
-    assert host_forward_ms(ctx, True) == pytest.approx((3 + 22) * C.launch_us * 1e-3)
+    assert host_forward_ms(ctx, True) == pytest.approx((3 + 23) * C.launch_us * 1e-3)
     assert host_syncs(ctx) == pytest.approx(C.host_sync_us * 1e-3)
     a2a, _ = _qwen3_30b(moe_token_dispatcher_type="alltoall", **partial)
     assert host_syncs(a2a) == 0.0
@@ -80,14 +81,14 @@ def test_graphs_replay_a_scope_with_one_launch_and_a_dispatch_sync_survives_the_
 
 
 def test_a_dispatch_sync_exposes_a_host_heavy_expert_scope():
-    """Hand derivation (host_issue.host_bound): the partial-graph layer issues 22 launches for its experts
+    """Hand derivation (host_issue.host_bound): the partial-graph layer issues 23 launches for its experts
     (h_E) and 3 replays for attention, router and preprocess (h_A). Say the attention block's GPU time is
     1 ms and the whole forward's 1 ms + h_E / 2. With the dispatch sync the host starts the experts only
     when the GPU has drained, and the next attention only after issuing them: the forward takes
     h_E + max(1 ms, h_A), so the GPU waits h_E / 2. Without a sync (all-to-all, preprocess captured) the
     host runs ahead: the wait is max(0, h_E + h_A - GPU)."""
     u = C.launch_us * 1e-3
-    h_e, h_a = 22 * u, 3 * u
+    h_e, h_a = 23 * u, 3 * u
     gpu_f, pre_f = 1.0 + h_e / 2, 1.0
     partial = dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
     ctx, _ = _qwen3_30b(**partial)
@@ -141,13 +142,19 @@ def test_primus_dsv2_lite_mbs_1_and_2_share_the_host_floor():
 
 def test_primus_legacy_grouped_gemm_issues_one_gemm_pair_per_expert():
     """Primus's legacy grouped GEMM (--moe_use_legacy_grouped_gemm True, the DeepSeek-V2 recipe's
-    LEGACY_GG) runs one hipBLASLt GEMM per local expert (Primus docs/04-technical-guides/moe-training.md),
-    so the recipe row takes paratune's per-expert path: DeepSeek-V2 at EP 8 holds 160 / 8 = 20 experts,
-    and a MoE layer's forward issues attention 9 + router 8 + preprocess 5 + experts (6 - 2 + 20 x 3) +
-    shared experts 4 = 90 launches, at the fitted cdna4 launch time each."""
+    LEGACY_GG) runs one hipBLASLt GEMM per local expert (Primus docs/04-technical-guides/moe-training.md)
+    and one activation over all rows (megatron-core experts.py GroupedMLP): DeepSeek-V2 at EP 8 holds
+    160 / 8 = 20 experts, and a MoE layer's forward issues attention 9 + router 8 + preprocess 5 + experts
+    (7 - 2 + 20 x 2) + shared experts 4 = 71 launches, at the fitted cdna4 launch time each; the same layout
+    on NVIDIA's legacy path (one CUTLASS grouped GEMM) issues the grouped 7: 33."""
     p = _primus_row("PRIMUS-DSV2-MI355X-7")
-    assert not p.cfg.moe_grouped_gemm
+    assert p.cfg.moe_grouped_gemm and p.cfg.moe_use_legacy_grouped_gemm
     s = p.setup
-    ctx = layer_context(model_shape(s.model), p.cfg, s.cluster, constants(s.cluster.gpu),
-                        layout_facts(s.model, p.cfg, s.cluster.world_size))
-    assert host_forward_ms(ctx, True) == pytest.approx(90 * constants(gpu("mi355x")).launch_us * 1e-3)
+    facts = layout_facts(s.model, p.cfg, s.cluster.world_size)
+    ctx = layer_context(model_shape(s.model), p.cfg, s.cluster, constants(s.cluster.gpu), facts)
+    assert not ctx.grouped_gemm
+    assert host_forward_ms(ctx, True) == pytest.approx(71 * constants(gpu("mi355x")).launch_us * 1e-3)
+    h100 = s.cluster.model_copy(update={"gpu": gpu("h100-sxm")})
+    nv = layer_context(model_shape(s.model), p.cfg, h100, constants(h100.gpu), facts)
+    assert nv.grouped_gemm
+    assert host_forward_ms(nv, True) == pytest.approx(33 * constants(h100.gpu).launch_us * 1e-3)

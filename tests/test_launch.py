@@ -15,6 +15,7 @@ from functools import cache
 import yaml
 
 from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.oracle.legality import validate
 from paratune.oracle.specs import TrialConfig
 from paratune.oracle.specs.knobs import KNOB_SPECS, knob_available
 from paratune.planner.launch import launch_plan
@@ -158,7 +159,11 @@ def test_primus_overlay_loads_as_an_experiment_with_every_knob():
     w = load_workload(EXAMPLES / "workloads" / "mixtral-8x22b-mi355x-recipe.yaml")
     c = load_cluster(EXAMPLES / "clusters" / "mi355x-4n.yaml")
     assert c.stack == "primus"
-    cfg = w.effective(TrialConfig(use_turbo_deepep=True, sync_free_stage=2))
+    stage2 = TrialConfig(use_turbo_deepep=True, sync_free_stage=2)
+    # the recipe runs the legacy grouped GEMM, which stage 2's Turbo grouped GEMM refuses (rocm_arg_validation.py)
+    assert "legacy_gg_turbo" in {v.code for v in validate(w.model, w.effective(stage2), c)}
+    w = w.model_copy(update={"training": w.training.model_copy(update={"moe_use_legacy_grouped_gemm": False})})
+    cfg = w.effective(stage2)
     plan = launch_plan(cfg, w, c, str(EXAMPLES / "workloads" / "mixtral-8x22b-mi355x-recipe.yaml"))
     assert plan.where == "a Primus checkout"
     # EXP is the overlay beside launch.sh, run_pretrain.sh the checkout's: no path into paratune's clone

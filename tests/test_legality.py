@@ -82,3 +82,22 @@ def test_uneven_pipeline_split_for_61_layers():
     assert codes(w, c) == set()
     # Without the split flag Megatron refuses: 61 % 8 != 0 (transformer_block.get_num_layers_to_build).
     assert "split_pp" in codes(w, c, pp_last_layers=None, pp_embedding_in_split=False)
+
+
+def test_legacy_grouped_gemm_rules():
+    """megatron-core 0.16.1's legacy GroupedMLP (transformer/moe/experts.py) asserts no bias and refuses
+    moe_act recompute under FP8; Primus (rocm_arg_validation.py) refuses it beside Turbo's grouped GEMM,
+    which sync-free stages 2-3 need. Without grouped GEMM the flag selects nothing (SequentialMLP)."""
+    m, mc = example("mixtral")  # Mixtral 8x22B on 4 x 8 MI355X, Primus
+    legacy = m.model_copy(update={"training": m.training.model_copy(
+        update={"moe_grouped_gemm": True, "moe_use_legacy_grouped_gemm": True})})
+    assert codes(legacy, mc) == set()
+    assert "legacy_gg_turbo" in codes(legacy, mc, use_turbo_deepep=True, sync_free_stage=2)
+    assert "legacy_gg_turbo" not in codes(legacy, mc, use_turbo_deepep=True, sync_free_stage=1)
+    act = dict(recompute_granularity="selective", recompute_modules=["moe_act"])
+    assert codes(legacy, mc, **act) == set()
+    assert "legacy_gg_moe_act_fp8" in codes(legacy, mc, fp8="hybrid", **act)
+    biased = legacy.model_copy(update={"model": legacy.model.model_copy(update={"add_bias_linear": True})})
+    assert "legacy_gg_bias" in codes(biased, mc, etp=1)
+    sequential = legacy.model_copy(update={"training": legacy.training.model_copy(update={"moe_grouped_gemm": False})})
+    assert "legacy_gg_bias" not in codes(sequential.model_copy(update={"model": biased.model}), mc, etp=1)

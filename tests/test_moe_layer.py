@@ -100,6 +100,21 @@ def test_sequential_expert_gemms_are_slower_than_grouped_for_many_experts():
     assert transformer_layer(sequential, True, params).f[GEMM] > 1.1 * transformer_layer(grouped, True, params).f[GEMM]
 
 
+def test_the_legacy_grouped_mlp_runs_its_expert_gemms_in_bf16_under_fp8():
+    """megatron-core 0.16.1's legacy GroupedMLP multiplies with the grouped_gemm package's `gmm`, which has no
+    FP8 path (transformer/moe/experts.py), while attention, router and shared experts keep TE's FP8 linears:
+    under FP8 its layer sits strictly between the TE layer (all FP8) and the BF16 layer; on NVIDIA it is one
+    grouped launch, as TE's."""
+    te8, a, _ = _ctx(fp8="hybrid")
+    legacy8, _, _ = _ctx(fp8="hybrid", moe_use_legacy_grouped_gemm=True)
+    bf16, _, _ = _ctx()
+    assert (te8.expert_dtype(), legacy8.expert_dtype(), legacy8.linear_dtype()) == ("fp8", "bf16", "fp8")
+    assert legacy8.grouped_gemm
+    params = block_weights(a, 1, 1, EP_SIZE, False, 4096)[1]
+    g = [transformer_layer(c, True, params).f[GEMM] for c in (te8, legacy8, bf16)]
+    assert g[0] < g[1] < g[2]
+
+
 @pytest.mark.parametrize("dispatcher", [{"moe_token_dispatcher_type": "alltoall"},
                                         {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep"}])
 def test_moe_cost_per_token_does_not_fall_with_mbs_except_gemm_efficiency(dispatcher):

@@ -97,7 +97,8 @@ def cases(draw):
                             fp8_recipe=draw(st.sampled_from(["delayed", "tensorwise"])),
                             cuda_graph_impl="local" if graphs else "none",
                             cuda_graph_scope=("full_iteration",) if graphs and draw(st.booleans()) else None,
-                            microbatch_group_size_per_vp_stage=draw(st.sampled_from([None, None, 2])))
+                            microbatch_group_size_per_vp_stage=draw(st.sampled_from([None, None, 2])),
+                            moe_grouped_gemm=draw(st.booleans()), moe_use_legacy_grouped_gemm=draw(st.booleans()))
     workload = Workload(name="w", model=ModelArch(**model), training=training)
     return workload, cluster
 
@@ -182,6 +183,14 @@ class Brute:
         `validate` refuses none of the preferred values where it would accept a dominated one)."""
         return (allowed(self.rules, knob, order) or order[-1:])[:1]
 
+    def grouped_gemm(self, layout: dict) -> bool:
+        """Grouped expert GEMMs (as MoE recipes run them) where the rules allow them and `validate` does not
+        refuse them on this workload (the legacy GroupedMLP has no bias), else one GEMM per expert."""
+        for g in allowed(self.rules, "moe_grouped_gemm", [True, False]):
+            if "legacy_gg_bias" not in self.violations(layout | {"moe_grouped_gemm": g}):
+                return g
+        return False
+
     def feature_axes(self, layout: dict) -> list[list]:
         """The feature-knob axes of one layout; each value a dict of knobs, or (the EP = 1 dispatch
         equivalence) a list of such dicts, any legal one of which stands for the class."""
@@ -200,8 +209,7 @@ class Brute:
         dispatch = [self._dispatch(d) for d in DISPATCH if d[0] in self.domain("moe_token_dispatcher_type", [d[0]])]
         moes: list = [{}]
         if m.is_moe:
-            stage = {"sync_free_stage": fix.get("sync_free_stage", 0),
-                     "moe_grouped_gemm": self.preferred("moe_grouped_gemm", [True, False])[0]}
+            stage = {"sync_free_stage": fix.get("sync_free_stage", 0), "moe_grouped_gemm": self.grouped_gemm(layout)}
             moes = [d | stage for d in dispatch] if layout["ep"] > 1 else [[d | stage for d in dispatch]]
         elif "sync_free_stage" in fix:
             moes = [{"sync_free_stage": fix["sync_free_stage"]}]

@@ -218,7 +218,11 @@ def test_off_spellings_pins_on_unsearched_knobs_and_stale_primus_settings_keep_t
 def test_sync_free_stages_are_validated_as_primus_does_but_not_searched():
     w, c = _mixtral_on("mi355x-4n.yaml")
     assert search_axes(w, c).sync_free_stage == [0, 1, 2, 3]  # legal on Primus, so a user may set it
-    assert evaluate_memory_only(w, c, TrialConfig(use_turbo_deepep=True, sync_free_stage=2, etp=1)).legal
+    # the recipe's legacy grouped GEMM excludes stages 2-3 (Primus rocm_arg_validation.py); without it, legal
+    stage2 = TrialConfig(use_turbo_deepep=True, sync_free_stage=2, etp=1)
+    assert "legacy_gg_turbo" in {v.code for v in evaluate_memory_only(w, c, stage2).violations}
+    w = w.model_copy(update={"training": w.training.model_copy(update={"moe_use_legacy_grouped_gemm": False})})
+    assert evaluate_memory_only(w, c, stage2).legal
     assert "sync_free_etp" in {v.code for v in evaluate_memory_only(
         w, c, TrialConfig(use_turbo_deepep=True, sync_free_stage=2, etp=2)).violations}
     assert not any(t.sync_free_stage for t in _points(w, c))

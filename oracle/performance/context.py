@@ -29,7 +29,8 @@ class Ctx:
     flash: bool
     ce_fusion: bool
     dispatch: str  # MoE dispatch backend (`ep_bandwidth.dispatch_backend`): allgather, alltoall, deepep, ...
-    grouped_gemm: bool  # moe_grouped_gemm: one grouped launch for the local experts (else one GEMM each)
+    grouped_gemm: bool  # one grouped launch for the local experts' GEMMs (else one GEMM each)
+    legacy_grouped: bool  # the legacy GroupedMLP (`moe_use_legacy_grouped_gemm`): BF16 GEMMs, one activation
     permute_fusion: bool  # moe_permute_fusion: TE's fused permute/unpermute kernels
     shared_overlap: bool  # moe_shared_expert_overlap with the all-to-all dispatcher: shared experts beside the exchange
     sync_free: bool  # Primus's sync-free MoE stages (turbo_sync_free_moe_stage >= 1): no host syncs
@@ -68,3 +69,9 @@ class Ctx:
 
     def linear_dtype(self) -> str:
         return "fp8" if self.fp8 else HALF
+
+    def expert_dtype(self) -> str:
+        """The routed experts' GEMM precision: the legacy GroupedMLP's `gg.ops.gmm` (the grouped_gemm package)
+        runs BF16 whatever `fp8` says; TE's grouped and sequential linears take FP8 (megatron-core 0.16.1
+        transformer/moe/experts.py)."""
+        return HALF if self.legacy_grouped else self.linear_dtype()

@@ -28,7 +28,9 @@ ATTN_OPS = 9
 MLP_OPS = 5
 ROUTER_OPS = 8
 PREPROCESS_OPS = 5
-EXPERT_OPS = 6  # dispatch, combine, unpermute, bias-dropout-add and the grouped fc1/fc2 pair
+# dispatch, combine, unpermute, bias-dropout-add and the grouped fc1, activation, fc2 (experts.py TEGroupedMLP:
+# linear_fc1, bias_act_func, linear_fc2)
+EXPERT_OPS = 7
 PER_EXPERT_OPS = 3  # fc1, activation, fc2 of one expert (SequentialMLP)
 SHARED_OPS = 4
 GRAPHABLE = ("attn", "mlp", "moe_router", "moe_preprocess", "moe")
@@ -55,10 +57,23 @@ def _scope_ops(ctx: Ctx, moe: bool) -> dict[str, float]:
     if not moe:
         return {"attn": ATTN_OPS + 2 * q, "mlp": MLP_OPS + 2 * q}
     local = max(1, ctx.shape.experts // ctx.ep)
-    experts = EXPERT_OPS + 2 * q * local if ctx.grouped_gemm else EXPERT_OPS - 2 + local * (PER_EXPERT_OPS + 2 * q)
+    experts = _expert_ops(ctx, local)
     shared = SHARED_OPS + 2 * q if ctx.shape.shared_ffn else 0
     return {"attn": ATTN_OPS + 2 * q, "moe_router": ROUTER_OPS, "moe_preprocess": PREPROCESS_OPS,
             "moe": experts + shared}
+
+
+def _expert_ops(ctx: Ctx, local: int) -> int:
+    """Forward launches of the routed experts: the grouped fc1/fc2 pair, one pair per local expert on the
+    legacy GroupedMLP's ROCm path (its activation stays one launch over all rows, experts.py GroupedMLP), or
+    SequentialMLP's fc1, activation and fc2 per expert; FP8 quantises each expert's input of each GEMM
+    (the legacy GroupedMLP runs BF16: none)."""
+    q = 1 if ctx.expert_dtype() == "fp8" else 0
+    if ctx.grouped_gemm:
+        return EXPERT_OPS + 2 * q * local
+    if ctx.legacy_grouped:
+        return EXPERT_OPS - 2 + 2 * local
+    return EXPERT_OPS - 3 + local * (PER_EXPERT_OPS + 2 * q)
 
 
 def host_forward_ms(ctx: Ctx, moe: bool) -> float:

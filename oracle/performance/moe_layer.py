@@ -72,8 +72,9 @@ def expert_mlps(ctx: Ctx, w: Builder, rows: float, grouped, activation) -> None:
     """fc1 [R, H] x [H, g·F/ETP] and fc2 [R, F/ETP] x [F/ETP, H] over the E/EP local experts at M = R/(E/EP)
     rows each: one grouped launch (TE GroupedLinear, `moe_grouped_gemm`) whose tiles share the waves, or
     one GEMM per expert (SequentialMLP, a Python loop: each expert's GEMMs pay their own wave tail and
-    launch); then the gated activation × probs over R rows."""
-    a, dtype = ctx.shape, ctx.linear_dtype()
+    launch; also Primus's legacy GroupedMLP on ROCm); then the gated activation × probs over R rows. The
+    legacy GroupedMLP's GEMMs run BF16 (`Ctx.expert_dtype`)."""
+    a, dtype = ctx.shape, ctx.expert_dtype()
     local = max(1, a.experts // ctx.ep)
     m, ffn = rows / local, a.expert_ffn / ctx.etp
     if ctx.grouped_gemm:

@@ -82,11 +82,16 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
     SP and tokens per rank come from the layout facts, derived once (`oracle/layout.py`)."""
     sharded = shards_weights(cfg)
     dp, edp = facts.dp_or_1, facts.edp_or_1
+    legacy = cfg.moe_grouped_gemm and cfg.moe_use_legacy_grouped_gemm
+    # the legacy GroupedMLP runs one CUTLASS grouped GEMM on NVIDIA, and one hipBLASLt GEMM per local expert
+    # on ROCm (Primus fd1eeab docs/04-technical-guides/moe-training.md: "legacy multi-stream grouped GEMM path")
+    per_expert = not cfg.moe_grouped_gemm or (legacy and cluster.gpu.vendor == "amd")
     return Ctx(
         shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
         ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
-        dispatch=dispatch_backend(cfg), grouped_gemm=cfg.moe_grouped_gemm, permute_fusion=cfg.moe_permute_fusion,
+        dispatch=dispatch_backend(cfg), grouped_gemm=not per_expert, legacy_grouped=legacy,
+        permute_fusion=cfg.moe_permute_fusion,
         shared_overlap=cfg.moe_shared_expert_overlap and cfg.moe_token_dispatcher_type == "alltoall",
         sync_free=cfg.sync_free_stage > 0, graphed=captured(cfg.cuda_graph_impl, cfg.cuda_graph_scope),
         tp_overlap=cfg.tp_comm_overlap and cfg.tp > 1, ep_overlap=cfg.overlap_moe_expert_parallel_comm and cfg.ep > 1,

@@ -211,7 +211,8 @@ class TrialConfig(BaseModel):
         "FP8 GEMMs (format)", "fp8", "--fp8-format", "fp8", "mixed_precision.fp8",
         "FP8 GEMMs at the FP8 peak plus casts (oracle.performance.layers._linear)",
         "FP8 weight cache and FP8 GEMM inputs (Transformer Engine)",
-        rules=("fp8_gpu", "tp_overlap_fp8_rocm", "recompute_fp8_delayed"), axis=True, none_is_null=True)] = None
+        rules=("fp8_gpu", "tp_overlap_fp8_rocm", "recompute_fp8_delayed", "legacy_gg_moe_act_fp8"), axis=True,
+        none_is_null=True)] = None
     use_distributed_optimizer: Annotated[bool | None, Knob(
         "distributed optimizer (ZeRO-1)", "use_distributed_optimizer",
         "--use-distributed-optimizer", "use_distributed_optimizer", "ddp.use_distributed_optimizer",
@@ -236,7 +237,7 @@ class TrialConfig(BaseModel):
         "stages 1-3 remove the dispatcher's device-to-host syncs (rocm_arg_validation.py "
         "_get_sync_free_moe_options; oracle.performance.moe_layer.host_syncs); stages 2-3 also run Turbo DeepEP",
         "not modelled (stage 3 sizes permute buffers for the worst case, primus_turbo moe_permute.py)",
-        rules=("sync_free_range", "sync_free_moe", "sync_free_etp"), off=0, vendors=_AMD, axis=True,
+        rules=("sync_free_range", "sync_free_moe", "sync_free_etp", "legacy_gg_turbo"), off=0, vendors=_AMD, axis=True,
         moe=True)] = None
     overlap_grad_reduce: Annotated[bool | None, Knob(
         "overlap the DP gradient reduce with the backward", "overlap_grad_reduce",
@@ -277,7 +278,8 @@ class TrialConfig(BaseModel):
         "--recompute-modules", "recompute_modules", "model.recompute_modules",
         "each module's forward re-run (oracle.performance.work.RECOMPUTE_MODULES)",
         "each module's discarded tensors (megatron-core transformer_config.py)",
-        rules=("ep_overlap_recompute", "recompute_moe_act", "recompute_fp8_delayed", "recompute_mla_up_proj"))] = None
+        rules=("ep_overlap_recompute", "recompute_moe_act", "recompute_fp8_delayed", "recompute_mla_up_proj",
+               "legacy_gg_moe_act_fp8"))] = None
     grad_reduce_in_fp32: Annotated[bool | None, Knob(
         "reduce gradients in FP32 (else BF16)", "grad_reduce_in_fp32",
         "--grad-reduce-in-bf16", "grad_reduce_in_bf16", "mixed_precision.grad_reduce_in_fp32",
@@ -316,7 +318,7 @@ class TrialConfig(BaseModel):
         "model.moe_grouped_gemm",
         "one grouped launch for the local experts' GEMMs, or one GEMM per expert (SequentialMLP) "
         "(oracle.performance.moe_layer.expert_mlps, oracle.performance.host_issue)", "none modelled",
-        rules=("recompute_moe_act",), off=False)] = None
+        rules=("recompute_moe_act", "legacy_gg_bias", "legacy_gg_moe_act_fp8", "legacy_gg_turbo"), off=False)] = None
     tp_comm_overlap: Annotated[bool | None, Knob(
         "overlap TP communication with GEMMs", "tp_comm_overlap",
         "--tp-comm-overlap", "tp_comm_overlap", "comm_overlap.tp_comm_overlap",

@@ -94,6 +94,9 @@ class TrainingArgs(BaseModel):
     moe_token_dispatcher_type: Dispatcher = "allgather"
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
     moe_grouped_gemm: bool = False
+    # with moe_grouped_gemm, megatron-core's legacy GroupedMLP (the grouped_gemm package) instead of TE's
+    # (gpt_layer_specs.py; Primus keeps it as DeprecatedGroupedMLP, transformer_engine_spec_provider.py)
+    moe_use_legacy_grouped_gemm: bool = False
     moe_permute_fusion: bool = False
     moe_shared_expert_overlap: bool = False
     # NVIDIA-side overlaps and CUDA graphs (Megatron-LM arguments.py defaults: all off)

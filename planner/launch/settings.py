@@ -35,12 +35,12 @@ def primus_extras(cfg: EffectiveConfig) -> dict[str, object]:
         "enable_primus_turbo": turbo,
         # stage 2-3 require PrimusTurboGroupedLinear, which refuses the legacy grouped GEMM
         "use_turbo_grouped_gemm": cfg.sync_free_stage >= 2,
+        # the workload's own (its experiment file may say otherwise); stages 2-3 need it off (legality)
+        "moe_use_legacy_grouped_gemm": cfg.moe_use_legacy_grouped_gemm,
         # zero-bubble patches: ZB-H1 = patch_zero_bubble; ZB-V adds the V schedule (zero_bubble.yaml)
         "patch_zero_bubble": cfg.pp_schedule in ("zb", "zbv"),
         "zero_bubble_v_schedule": cfg.pp_schedule == "zbv",
     }
-    if cfg.sync_free_stage >= 2:
-        out["moe_use_legacy_grouped_gemm"] = False
     if cfg.use_turbo_deepep:  # DeepEP asserts an fp32 router and no shared-expert overlap
         out |= {"moe_router_dtype": "fp32", "moe_shared_expert_overlap": False}
     if cfg.use_torch_fsdp2:  # Megatron-LM arguments.py: FSDP2 refuses gradient-accumulation fusion
@@ -54,6 +54,9 @@ def primus_extras(cfg: EffectiveConfig) -> dict[str, object]:
 COMPANIONS = {
     "data_parallel_sharding_strategy": ("--data-parallel-sharding-strategy", "ddp.data_parallel_sharding_strategy"),
     "moe_grouped_gemm": ("--moe-grouped-gemm", "model.moe_grouped_gemm"),
+    # Megatron-Bridge 067f987 has no such path (its megatron-core dropped the legacy GroupedMLP), so a Bridge
+    # workload never sets it and it is written only where on
+    "moe_use_legacy_grouped_gemm": ("--moe-use-legacy-grouped-gemm", "model.moe_use_legacy_grouped_gemm"),
     "use_precision_aware_optimizer": ("--use-precision-aware-optimizer", "optimizer.use_precision_aware_optimizer"),
     "main_grads_dtype": ("--main-grads-dtype", "optimizer.main_grads_dtype"),
     "main_params_dtype": ("--main-params-dtype", "optimizer.main_params_dtype"),
@@ -72,6 +75,8 @@ def companions(cfg: EffectiveConfig, model: ModelArch, vendor: str) -> dict[str,
         out["data_parallel_sharding_strategy"] = cfg.data_parallel_sharding_strategy
     if model.is_moe:
         out["moe_grouped_gemm"] = cfg.moe_grouped_gemm
+        if cfg.moe_grouped_gemm and cfg.moe_use_legacy_grouped_gemm:
+            out["moe_use_legacy_grouped_gemm"] = True
     if cfg.use_precision_aware_optimizer or cfg.optimizer_cpu_offload:  # offload requires it (arguments.py)
         out |= {"use_precision_aware_optimizer": True, "main_grads_dtype": cfg.main_grads_dtype,
                 "main_params_dtype": cfg.main_params_dtype, "exp_avg_dtype": cfg.exp_avg_dtype,

@@ -76,6 +76,7 @@ class Menu:
     fixed: dict  # always-on settings (fused loss, overlapped grad reduce) as the rules allow them
     rules: tuple[Rule, ...]
     delayed_fp8: bool  # FP8 delayed scaling: no moe_act / layernorm recompute (legality `recompute_fp8_delayed`)
+    legacy_gg: bool  # the legacy GroupedMLP: no moe_act recompute under FP8 (legality `legacy_gg_moe_act_fp8`)
     rocm: bool  # Primus's ROCm TP overlap does not run under FP8 (legality `tp_overlap_fp8_rocm`)
     graphs: bool  # CUDA graphs that rule full recompute out (legality `cuda_graph_recompute`)
     check: Callable[[TrialConfig], bool] | None  # with pins on other knobs, each point is also validated
@@ -123,8 +124,11 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
         flex = (TURBO_DEEPEP,) if cluster.gpu.vendor == "amd" else (FLEX_DEEPEP, FLEX_HYBRIDEP)
         options = tuple({**d, "sync_free_stage": 0} for d in (ALLGATHER, ALLTOALL, *flex))
     off_moe: dict[str, object] = {"use_turbo_deepep": False, "sync_free_stage": 0}
+    legacy = workload.training.moe_use_legacy_grouped_gemm
     if workload.model.is_moe:  # grouped expert GEMMs, as every MoE recipe runs them; no flex without EP (its TPxEP > 1)
-        grouped = {"moe_grouped_gemm": _first_allowed(rules, "moe_grouped_gemm", [True, False])}
+        # (the workload's legacy GroupedMLP refuses bias: then one GEMM per expert, legality `legacy_gg_bias`)
+        grouped = {"moe_grouped_gemm": _first_allowed(
+            rules, "moe_grouped_gemm", [False] if legacy and workload.model.add_bias_linear else [True, False])}
         options = tuple({**d, **grouped} for d in options)
         off_moe |= {**ALLTOALL, **grouped}
     # plain DDP only where the rules refuse the distributed optimizer (which has its traffic and less memory)
@@ -156,6 +160,7 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
                 fixed={"cross_entropy_loss_fusion": _first_allowed(rules, "cross_entropy_loss_fusion", [True, False]),
                        "overlap_grad_reduce": _first_allowed(rules, "overlap_grad_reduce", [True, False])},
                 rules=rules, delayed_fp8=workload.training.fp8_recipe == "delayed",
+                legacy_gg=legacy and bool(off_moe.get("moe_grouped_gemm")),
                 rocm=cluster.gpu.vendor == "amd", graphs=graphs,
                 check=_checker(workload, cluster) if _named(cluster) - NATIVE_CONSTRAINTS else None)
 
@@ -241,7 +246,7 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
                                 for schedule, split in product(schedules, splits[vpp]):
                                     layout = dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, mbs=mbs, vpp=vpp,
                                                   pp_schedule=schedule, **split_knobs(split))
-                                    if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout)
+                                    if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout, m)
                                             and knob_count(*layout_knobs(workload, layout, m))):
                                         yield layout
 
@@ -276,11 +281,13 @@ def _rules_allow(rules: tuple[Rule, ...], layout: dict) -> bool:
     return all(canonical(r.knob, layout[r.knob]) in r.values for r in rules if r.knob in layout)
 
 
-def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> bool:
-    """Layout rules checked once with plain knobs; the knob loop below only builds legal combinations."""
+def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict, m: Menu) -> bool:
+    """Layout rules checked once with plain knobs (and the space's grouped-GEMM choice); the knob loop below
+    only builds legal combinations."""
+    grouped = {k: v for k, v in m.plain_moe.items() if k == "moe_grouped_gemm"}
     plain = TrialConfig(**layout, recompute_granularity="none", fp8="none", **ALLTOALL, sync_free_stage=0,
                         use_torch_fsdp2=False, use_distributed_optimizer=True, tp_comm_overlap=False,
-                        overlap_moe_expert_parallel_comm=False)
+                        overlap_moe_expert_parallel_comm=False, **grouped)
     return not validate(workload.model, workload.effective(plain), cluster)
 
 
@@ -328,6 +335,8 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
                          if not o or (overlap_ok and r[0] != "full" and d["moe_token_dispatcher_type"] != "allgather"))
         else:
             moes = tuple({**m.plain_moe, "overlap_moe_expert_parallel_comm": False} for o in m.ep_overlaps if not o)
-        discards = m.delayed_fp8 and not OUTPUT_DISCARDING.isdisjoint(r[1] or ())
+        modules = r[1] or ()
+        discards = ((m.delayed_fp8 and not OUTPUT_DISCARDING.isdisjoint(modules))
+                    or (m.legacy_gg and "moe_act" in modules))
         out.append((r, moes, tuple(p for p in precisions if not (discards and p[0] != "none")), sharding))
     return out
