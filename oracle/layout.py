@@ -9,7 +9,7 @@ derives these again. Sizes follow megatron-core 0.16.1 `parallel_state.initializ
 megatron-core 0.16.1 `transformer_block.py` `_checkpointed_forward` (uniform: every layer, in groups of
 recompute_num_layers; block: the first recompute_num_layers layers of each chunk; default 1 layer) and
 Primus's patch of it (`recompute_layer_ids`: exactly the listed global layers, each alone);
-`RecomputePlan.recomputed` is the one place that says which layers of a chunk are recomputed.
+`RecomputePlan.chunk` is the one place that says which layers of a chunk are recomputed and what they keep.
 """
 
 from __future__ import annotations
@@ -50,6 +50,21 @@ class StageLayers(NamedTuple):
         return self.dense + self.moe
 
 
+class ChunkRecompute(NamedTuple):
+    """What full recompute does to one chunk's decoder layers: how many of each kind the backward reruns
+    (time), and the layer inputs stored in their place (memory: one per checkpointed group, spread over the
+    kinds in the chunk's proportion under "uniform"), with the most layers recomputed at once."""
+
+    dense: int  # dense layers recomputed
+    moe: int  # MoE layers recomputed
+    dense_inputs: float  # stored inputs of the recomputed dense layers (their groups)
+    moe_inputs: float
+    group: int  # layers one checkpoint recomputes at once; 0 when none is
+
+
+NO_CHUNK_RECOMPUTE = ChunkRecompute(0, 0, 0.0, 0.0, 0)
+
+
 class RecomputePlan(NamedTuple):
     """Activation recomputation of a layout: full (`method`, `layers`) or selective (`modules`)."""
 
@@ -69,15 +84,36 @@ class RecomputePlan(NamedTuple):
         decoder layers from global layer `start`: every layer (uniform), the first `layers` (block), or with
         Primus's `recompute_layer_ids` exactly the listed ones (AMD-AGI/Primus fd1eeab
         primus/backends/megatron/patches/recompute_layer_patches.py: `_checkpointed_forward` checkpoints block
-        layer i alone iff `i + layer_offset` is listed). Memory and time both read it. MTP depths (ids from
-        num_layers on) are not decoder layers of a chunk: memory keeps the MTP block's input only when one is
-        listed (memory/estimate.py); time does not model MTP recompute."""
-        if not self.full:
+        layer i alone iff `i + layer_offset` is listed). `recompute_num_layers` 0 recomputes nothing (Megatron's
+        uniform loop would not advance). MTP depths (ids from num_layers on) are not decoder layers of a chunk:
+        `recomputes_mtp` says whether the MTP block's layers are."""
+        if not self.full or self.layers <= 0:
             return ()
         layers = pattern[start:start + count]
         if self.layer_ids:
             return tuple(kind for i, kind in enumerate(layers, start) if i in self.layer_ids)
         return layers if self.block is None else layers[:self.block]
+
+    def chunk(self, pattern: tuple[int, ...], start: int, count: int) -> ChunkRecompute:
+        """The chunk of `count` decoder layers from global layer `start` under this plan (`recomputed`): block
+        and `recompute_layer_ids` checkpoint each recomputed layer alone (megatron-core 0.16.1
+        transformer_block.py `_checkpointed_forward`: `custom(l, l + 1)`; Primus's patch likewise); uniform
+        checkpoints groups of `layers`, ceil(count / layers) stored inputs. Memory and time both read it."""
+        redo = self.recomputed(pattern, start, count)
+        if not redo:
+            return NO_CHUNK_RECOMPUTE
+        moe = sum(redo)
+        dense = len(redo) - moe
+        if self.layer_ids or self.block is not None:
+            return ChunkRecompute(dense, moe, float(dense), float(moe), 1)
+        groups = -(-count // self.layers)
+        return ChunkRecompute(dense, moe, groups * dense / count, groups * moe / count, min(self.layers, count))
+
+    def recomputes_mtp(self, num_layers: int) -> bool:
+        """Whether full recompute also redoes the MTP block (so memory keeps only its input): always, but with
+        Primus's `recompute_layer_ids`, which address MTP depth d as num_layers + d
+        (recompute_layer_patches.py), only when one is listed. Time does not model MTP recompute."""
+        return self.full and (not self.layer_ids or max(self.layer_ids) >= num_layers)
 
 
 class LayoutFacts(NamedTuple):

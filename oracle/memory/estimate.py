@@ -124,7 +124,6 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[
     edge = edge_params(g, tp, etp, ep, pp > 1, c["seq_length"])
     acts = layer_acts(g, tp, sp, c["use_flash_attn"], rec.modules, c["seq_length"], etp, fp8)
     eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
-    full = rec.full
     plans = device_plans(g, facts.chunks, pp, vpp, c["pp_schedule"], nmb, rec, extra)
     tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
 
@@ -142,8 +141,7 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[
     comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on,
                                              c["moe_token_dispatcher_type"] == "allgather")
     deepep = deepep_buffers(g, ep, etp, gpn) if deepep_on else 0.0
-    # Primus recompute_layer_ids address MTP depth d as num_layers + d (recompute_layer_patches.py)
-    mtp_full = full and (not rec.layer_ids or max(rec.layer_ids) >= model.num_layers)
+    mtp_full = rec.recomputes_mtp(model.num_layers)
     mtp_body = (acts.layer_input if mtp_full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra
     graph_impl = c["cuda_graph_impl"]
     graph_token = graph_sample = 0.0

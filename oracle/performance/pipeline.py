@@ -54,8 +54,8 @@ class Chunk:
 def _chunks(stages: tuple[StageLayers, ...], pattern: tuple[int, ...], rec: RecomputePlan) -> tuple[Chunk, ...]:
     out = []
     for st in stages:
-        redo = rec.recomputed(pattern, st.start, st.layers)
-        out.append(Chunk(st.dense, st.moe, len(redo) - sum(redo), sum(redo), st.has_embedding, st.has_output))
+        redo = rec.chunk(pattern, st.start, st.layers)
+        out.append(Chunk(st.dense, st.moe, redo.dense, redo.moe, st.has_embedding, st.has_output))
     return tuple(out)
 
 
@@ -64,7 +64,7 @@ _NO_RECOMPUTE = RecomputePlan(False, None, 0, ())
 
 def chunks(model: ModelArch, facts: LayoutFacts, *, recompute: bool = True) -> tuple[Chunk, ...]:
     """The virtual stages of a layout (the layout facts' stages) with its full-recompute plan applied
-    (`RecomputePlan.recomputed`: uniform every layer, block the first `recompute_num_layers` of each chunk,
+    (`RecomputePlan.chunk`: uniform every layer, block the first `recompute_num_layers` of each chunk,
     Primus's recompute_layer_ids the listed ones), or without
     any recompute (`recompute=False`: the search's lower bound)."""
     return _chunks(facts.chunks, model.moe_layer_pattern, facts.recompute if recompute else _NO_RECOMPUTE)

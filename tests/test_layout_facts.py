@@ -1,0 +1,59 @@
+"""The facts `oracle.layout` decodes once from a layout's knobs, which memory and time both read.
+
+Expected values are hand derivations written in each test, from the framework code each decoder cites:
+megatron-core 0.16.1 transformer_block.py `_checkpointed_forward` (uniform: groups of recompute_num_layers
+layers, one stored input per group; block: the first recompute_num_layers layers of each chunk, each
+alone) and Primus fd1eeab recompute_layer_patches.py (the listed global layers, each alone)."""
+
+from __future__ import annotations
+
+from paratune.oracle.layout import NO_CHUNK_RECOMPUTE, ChunkRecompute, RecomputePlan, layout_facts
+from paratune.oracle.performance.pipeline import chunks
+from paratune.oracle.specs import TrialConfig
+
+from .conftest import example
+
+# kinds of six decoder layers (1 = MoE): dense, MoE, dense, MoE, MoE, dense
+PATTERN = (0, 1, 0, 1, 1, 0)
+
+
+def test_uniform_recomputes_every_layer_in_groups_storing_one_input_per_group():
+    """Uniform, 2 layers a group, the chunk of layers 0-4 (2 dense, 3 MoE): all 5 redone; ceil(5/2) = 3 groups
+    keep 3 inputs, spread 2:3 over the kinds (1.2 dense, 1.8 MoE); 2 layers recomputed at once."""
+    plan = RecomputePlan(True, "uniform", 2, ())
+    assert plan.chunk(PATTERN, 0, 5) == ChunkRecompute(2, 3, 3 * 2 / 5, 3 * 3 / 5, 2)
+
+
+def test_block_recomputes_the_first_layers_of_the_chunk_each_alone():
+    """Block of 2 on the chunk of layers 1-4 (MoE, dense, MoE, MoE): layers 1 and 2 redone, each its own
+    checkpoint: 1 dense and 1 MoE, their 2 inputs stored, 1 layer at once."""
+    plan = RecomputePlan(True, "block", 2, ())
+    assert plan.chunk(PATTERN, 1, 4) == ChunkRecompute(1, 1, 1.0, 1.0, 1)
+
+
+def test_primus_layer_ids_recompute_the_listed_layers_of_the_chunk():
+    """ids {2, 4} on the chunk of layers 1-3: only layer 2 (dense) is in it."""
+    plan = RecomputePlan(True, None, 1, (), frozenset({2, 4}))
+    assert plan.chunk(PATTERN, 1, 3) == ChunkRecompute(1, 0, 1.0, 0.0, 1)
+    assert not plan.recomputes_mtp(6) and RecomputePlan(True, None, 1, (), frozenset({6})).recomputes_mtp(6)
+
+
+def test_block_of_zero_layers_recomputes_no_decoder_layer_but_the_mtp_block():
+    """Primus's Mixtral recipe sets full / block / recompute_num_layers 0: the block loop checkpoints no
+    decoder layer (time and memory both keep every layer whole); the MTP block recomputes under full
+    granularity whatever the method."""
+    plan = RecomputePlan(True, "block", 0, ())
+    assert plan.chunk(PATTERN, 0, 6) == NO_CHUNK_RECOMPUTE and plan.recomputes_mtp(6)
+    assert RecomputePlan(False, None, 0, ("core_attn",)).chunk(PATTERN, 0, 6) == NO_CHUNK_RECOMPUTE
+
+
+def test_time_reads_the_same_recomputed_layers_as_memory():
+    """Llama 3 8B (32 dense layers) PP 2, uniform full recompute: both chunks rerun all 16 layers in time."""
+    w, c = example("llama8b")
+    trial = TrialConfig(pp=2, vpp=1, pp_schedule="1f1b", recompute_granularity="full", recompute_method="uniform",
+                        recompute_num_layers=4)
+    cfg = w.effective(trial)
+    facts = layout_facts(w.model, cfg, c.world_size)
+    assert [(s.recompute_dense, s.recompute_moe) for s in chunks(w.model, facts)] == [(16, 0), (16, 0)]
+    assert [facts.recompute.chunk(w.model.moe_layer_pattern, s.start, s.layers) for s in facts.chunks] == [
+        ChunkRecompute(16, 0, 4.0, 0.0, 4)] * 2
