@@ -1,6 +1,6 @@
 """The layout facts of one configuration, derived once (torchtitan's `ParallelDims` idea): data-parallel
 sizes, micro-batches, sequence parallelism, tokens per rank, the per-stage layer assignment (where
-uneven pipeline splits live) and the recompute plan.
+uneven pipeline splits live), the recompute plan and the MoE dispatch backend.
 
 Legality, memory, time and benchmark mode read `layout_facts(model, cfg, world)`; none of them
 derives these again. Sizes follow megatron-core 0.16.1 `parallel_state.initialize_model_parallel`
@@ -22,6 +22,31 @@ from .pipeline_split import PipelineSplit, SplitError, Stage, split_outcome
 from .specs import EffectiveConfig, ModelArch
 
 MEGATRON_RECOMPUTE_NUM_LAYERS = 1  # --recompute-num-layers default (megatron/training/arguments.py)
+
+
+# MoE dispatch backends: the one reading of the three dispatcher knobs (megatron-core 0.16.1
+# moe_token_dispatcher_type, its moe_flex_dispatcher_backend, Primus's use_turbo_deepep, which Primus runs as the
+# flex dispatcher: primus/backends/megatron/patches/args/rocm_arg_validation.py).
+ALLGATHER, ALLTOALL, DEEPEP, HYBRIDEP, TURBO_DEEPEP = "allgather", "alltoall", "deepep", "hybridep", "turbo_deepep"
+DISPATCH_BACKENDS = (ALLGATHER, ALLTOALL, DEEPEP, HYBRIDEP, TURBO_DEEPEP)
+FLEX_BACKENDS = frozenset({DEEPEP, HYBRIDEP, TURBO_DEEPEP})  # run as the flex dispatcher (token_dispatcher.py)
+# The knobs that choose each backend (the search writes these; `dispatch_backend` reads them back).
+DISPATCH_KNOBS: dict[str, dict[str, object]] = {
+    ALLGATHER: {"moe_token_dispatcher_type": "allgather", "use_turbo_deepep": False},
+    ALLTOALL: {"moe_token_dispatcher_type": "alltoall", "use_turbo_deepep": False},
+    DEEPEP: {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep", "use_turbo_deepep": False},
+    HYBRIDEP: {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
+               "use_turbo_deepep": False},
+    TURBO_DEEPEP: {"moe_token_dispatcher_type": "flex", "use_turbo_deepep": True},
+}
+
+
+def dispatch_backend(dispatcher: str, flex_backend: str, turbo_deepep: bool) -> str:
+    """The backend that moves a MoE layer's tokens for these dispatcher knobs: Primus-Turbo's DeepEP, the flex
+    dispatcher's backend (DeepEP or HybridEP), or the all-to-all / allgather dispatcher."""
+    if turbo_deepep:
+        return TURBO_DEEPEP
+    return flex_backend if dispatcher == "flex" else dispatcher
 
 
 def replicas(world: int, group: int) -> int:
@@ -133,6 +158,7 @@ class LayoutFacts(NamedTuple):
     split_error: SplitError | None  # why Megatron refuses the split, if it does
     chunks: tuple[StageLayers, ...]  # the layers of each virtual stage, in model order
     recompute: RecomputePlan
+    dispatch: str  # MoE dispatch backend (`dispatch_backend`): one of DISPATCH_BACKENDS
 
     @property
     def dp_or_1(self) -> int:
@@ -186,7 +212,8 @@ def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
         max(1, gbs // (mbs * (dp or 1))), c["sequence_parallel"], max(1, len(stages) // pp),
         mbs * c["seq_length"] / cp, split, stages, error, _stage_layers(model.moe_layer_pattern, stages),
         _recompute_plan(c["recompute_granularity"], c["recompute_method"], c["recompute_num_layers"],
-                        c["recompute_modules"], c["recompute_layer_ids"]))
+                        c["recompute_modules"], c["recompute_layer_ids"]),
+        dispatch_backend(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"]))
 
 
 _CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}

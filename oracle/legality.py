@@ -22,7 +22,7 @@ from typing import get_args
 from pydantic import BaseModel, ConfigDict
 
 from .identity_cache import by_identity
-from .layout import LayoutFacts, layout_facts
+from .layout import ALLGATHER, DEEPEP, FLEX_BACKENDS, HYBRIDEP, TURBO_DEEPEP, LayoutFacts, layout_facts
 from .pipeline_split import candidate_splits
 from .specs import ClusterSpec, EffectiveConfig, ModelArch, Violation
 from .specs.training import (
@@ -220,7 +220,7 @@ def _pipeline_rules(c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
         out.append(_violation("zbv_vpp", f"ZBV needs VPP=2, got {vpp}"))
 
 
-def _overlap_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
+def _overlap_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
     """overlap_moe_expert_parallel_comm and CUDA graphs (megatron-core transformer_config.py
     `__post_init__`: graphs allow full recompute only as one full-iteration graph) and tp_comm_overlap
     (Megatron-LM arguments.py: it needs sequence parallelism; Primus's ROCm port skips FP8 with its
@@ -232,7 +232,7 @@ def _overlap_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
     if c["overlap_moe_expert_parallel_comm"]:
         if not (lim.is_moe and c["ep"] > 1):
             out.append(_violation("ep_overlap_ep", "EP all-to-all overlap needs a MoE model with EP>1"))
-        if c["moe_token_dispatcher_type"] == "allgather":
+        if facts.dispatch == ALLGATHER:
             out.append(_violation("ep_overlap_dispatcher",
                                   "EP all-to-all overlap needs the alltoall or flex dispatcher"))
         if c["pp"] > 1 and c["vpp"] == 1:
@@ -283,10 +283,11 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
     if "mla_up_proj" in modules and not lim.mla:
         out.append(_violation("recompute_mla_up_proj", "recompute module mla_up_proj needs multi-latent attention"))
     moe_ep = lim.is_moe and c["ep"] > 1
-    if lim.is_moe and c["moe_token_dispatcher_type"] == "flex" and c["etp"] * c["ep"] == 1:
+    turbo = facts.dispatch == TURBO_DEEPEP
+    if lim.is_moe and facts.dispatch in FLEX_BACKENDS and c["etp"] * c["ep"] == 1:
         out.append(_violation("flex_tp_ep", "the flex token dispatcher requires ETP*EP > 1 (megatron-core "
                               "token_dispatcher.py MoEFlexTokenDispatcher)"))
-    if c["use_turbo_deepep"] and not moe_ep:
+    if turbo and not moe_ep:
         out.append(_violation("deepep_moe", "DeepEP needs a MoE model with EP>1"))
     stage = c["sync_free_stage"]
     if stage > MAX_SYNC_FREE_STAGE:
@@ -296,15 +297,15 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
     elif stage >= 2 and c["etp"] != 1:
         out.append(_violation("sync_free_etp", "sync-free stages 2-3 run Primus-Turbo grouped GEMMs, which need "
                               "ETP=1 (Primus primus_turbo.py PrimusTurboGroupedLinear)"))
-    if c["use_turbo_deepep"] and moe_ep and c["etp"] * c["ep"] not in TURBO_DEEPEP_RANKS:
+    if turbo and moe_ep and c["etp"] * c["ep"] not in TURBO_DEEPEP_RANKS:
         out.append(_violation("turbo_deepep_ranks", f"Primus-Turbo DeepEP runs on ETP*EP in "
                               f"{sorted(TURBO_DEEPEP_RANKS)} ranks, got {c['etp'] * c['ep']} "
                               "(primus_turbo deep_ep/buffer.py)"))
-    if lim.amd and c["moe_token_dispatcher_type"] == "flex" and not c["use_turbo_deepep"]:
+    if lim.amd and facts.dispatch in (DEEPEP, HYBRIDEP):
         out.append(_violation("flex_rocm", "Megatron's flex dispatcher backends (DeepEP, HybridEP) are CUDA "
                               "libraries; on ROCm the flex path is Primus-Turbo's DeepEP (use_turbo_deepep)"))
     if c["overlap_moe_expert_parallel_comm"] or c["tp_comm_overlap"] or c["cuda_graph_impl"] != "none":
-        _overlap_rules(lim, c, out)
+        _overlap_rules(lim, c, facts, out)
     if c["fp8"] and not lim.has_fp8:
         out.append(_violation("fp8_gpu", f"{lim.gpu_name} has no FP8 tensor cores"))
     ids = c["recompute_layer_ids"]

@@ -27,6 +27,7 @@ from paratune.oracle.constraints import ACTS_UNDER, search_rules
 from paratune.oracle.inputs.cluster_file import load_cluster
 from paratune.oracle.inputs.workload_file import load_workload
 from paratune.oracle.knob_bounds import PARALLEL_SIZES
+from paratune.oracle.layout import DISPATCH_KNOBS
 from paratune.oracle.legality import LegalAxes
 from paratune.oracle.specs import EffectiveConfig, TrainingArgs, TrialConfig
 from paratune.oracle.specs.knobs import (
@@ -195,10 +196,10 @@ def test_the_written_out_knob_lists_agree_with_the_registry():
 
 
 def test_the_search_and_bounds_name_only_registry_knobs():
-    """The knob names the search, the constraints, the bounds, the explanation's units and the pick's list of
-    stack-specific knobs write out are registry knobs."""
+    """The knob names the search (its dispatch options among them), the constraints, the bounds, the
+    explanation's units and the pick's list of stack-specific knobs write out are registry knobs."""
     names = set(KNOB_SPECS)
-    options = (space.ALLGATHER, space.ALLTOALL, space.FLEX_DEEPEP, space.FLEX_HYBRIDEP, space.TURBO_DEEPEP)
+    options = DISPATCH_KNOBS.values()
     written = (set(space.NATIVE_CONSTRAINTS) | {k for o in options for k in o} | set(PARALLEL_SIZES)
                | set(ACTS_UNDER) | {parent for parent, _ in ACTS_UNDER.values()} | set(EXOTIC)
                | {k for unit in UNITS for k in unit})

@@ -7,7 +7,14 @@ alone) and Primus fd1eeab recompute_layer_patches.py (the listed global layers, 
 
 from __future__ import annotations
 
-from paratune.oracle.layout import NO_CHUNK_RECOMPUTE, ChunkRecompute, RecomputePlan, layout_facts
+from paratune.oracle.layout import (
+    DISPATCH_KNOBS,
+    NO_CHUNK_RECOMPUTE,
+    TURBO_DEEPEP,
+    ChunkRecompute,
+    RecomputePlan,
+    layout_facts,
+)
 from paratune.oracle.performance.pipeline import chunks
 from paratune.oracle.specs import TrialConfig
 
@@ -57,3 +64,14 @@ def test_time_reads_the_same_recomputed_layers_as_memory():
     assert [(s.recompute_dense, s.recompute_moe) for s in chunks(w.model, facts)] == [(16, 0), (16, 0)]
     assert [facts.recompute.chunk(w.model.moe_layer_pattern, s.start, s.layers) for s in facts.chunks] == [
         ChunkRecompute(16, 0, 4.0, 0.0, 4)] * 2
+
+
+def test_the_knobs_the_search_writes_for_each_backend_read_back_as_that_backend():
+    """Each backend's knobs (DISPATCH_KNOBS), applied to Mixtral 8x22B at EP 8, decode to that backend; Primus's
+    turbo_sync_free_moe_stage 2 turns Turbo DeepEP on (rocm_arg_validation.py), so it decodes as Turbo DeepEP too."""
+    w, c = example("mixtral")
+    for backend, knobs in DISPATCH_KNOBS.items():
+        cfg = w.effective(TrialConfig(ep=8, **knobs))
+        assert layout_facts(w.model, cfg, c.world_size).dispatch == backend
+    cfg = w.effective(TrialConfig(ep=8, moe_token_dispatcher_type="alltoall", sync_free_stage=2))
+    assert layout_facts(w.model, cfg, c.world_size).dispatch == TURBO_DEEPEP

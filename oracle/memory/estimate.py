@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..identity_cache import by_identity
-from ..layout import layout_facts
+from ..layout import ALLGATHER, FLEX_BACKENDS, layout_facts
 from ..model_shape import model_shape
 from ..param_count import edge_params, layer_params
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
@@ -137,9 +137,9 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[
     # FP8 primary weights: the linear weights have no bf16 copy, only the FP8 one (state_bytes.py).
     fp8_primary = float(fp8 and c["fp8_param_gather"])
 
-    deepep_on = c["use_turbo_deepep"] or c["moe_token_dispatcher_type"] == "flex"
+    deepep_on = facts.dispatch in FLEX_BACKENDS  # the flex dispatcher's buffers (DeepEP, HybridEP, Turbo DeepEP)
     comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on,
-                                             c["moe_token_dispatcher_type"] == "allgather")
+                                             facts.dispatch == ALLGATHER)
     deepep = deepep_buffers(g, ep, etp, gpn) if deepep_on else 0.0
     mtp_full = rec.recomputes_mtp(model.num_layers)
     mtp_body = (acts.layer_input if mtp_full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra

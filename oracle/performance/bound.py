@@ -26,12 +26,11 @@ from functools import lru_cache
 from itertools import product
 from typing import NamedTuple
 
-from ..layout import layout_facts
+from ..layout import DISPATCH_BACKENDS, layout_facts
 from ..model_shape import model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .calibration import Constants, constants
 from .context import Ctx
-from .ep_bandwidth import DISPATCH_BACKENDS
 from .pipeline import (
     Block,
     Pipeline,
@@ -59,7 +58,7 @@ class KnobVariants:
     for each of its points."""
 
     fp8: tuple[bool, ...] = (False, True)
-    dispatch: tuple[str, ...] = DISPATCH_BACKENDS  # `ep_bandwidth.dispatch_backend` values
+    dispatch: tuple[str, ...] = DISPATCH_BACKENDS  # `LayoutFacts.dispatch` values
     tp_overlap: tuple[bool, ...] = (False, True)
     ep_overlap: tuple[bool, ...] = (False, True)
 

@@ -28,7 +28,7 @@ class Ctx:
     fp8: bool
     flash: bool
     ce_fusion: bool
-    dispatch: str  # MoE dispatch backend (`ep_bandwidth.dispatch_backend`): allgather, alltoall, deepep, ...
+    dispatch: str  # MoE dispatch backend (`LayoutFacts.dispatch`): allgather, alltoall, deepep, ...
     grouped_gemm: bool  # moe_grouped_gemm: one grouped launch for the local experts (else one GEMM each)
     permute_fusion: bool  # moe_permute_fusion: TE's fused permute/unpermute kernels
     shared_overlap: bool  # moe_shared_expert_overlap with the all-to-all dispatcher: shared experts beside the exchange

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import LayoutFacts, RecomputePlan, StageLayers, layout_facts
+from ..layout import ALLTOALL, LayoutFacts, RecomputePlan, StageLayers, layout_facts
 from ..memory.state_bytes import grad_bytes
 from ..model_shape import ModelShape, model_shape
 from ..param_count import edge_params, layer_params
@@ -22,7 +22,6 @@ from .calibration import Constants, constants
 from .comm import Net
 from .constants import ADAM_BYTES_PER_PARAM, BF16_BYTES, E_BYTES
 from .context import Ctx
-from .ep_bandwidth import dispatch_backend
 from .host_issue import captured
 from .layers import embedding, mtp_module, output_head, transformer_layer
 from .schedule import rank_end_times, rank_end_times_many, rank_of, timeline_inputs, virtual_stages
@@ -86,8 +85,8 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
         shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
         ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
-        dispatch=dispatch_backend(cfg), grouped_gemm=cfg.moe_grouped_gemm, permute_fusion=cfg.moe_permute_fusion,
-        shared_overlap=cfg.moe_shared_expert_overlap and cfg.moe_token_dispatcher_type == "alltoall",
+        dispatch=facts.dispatch, grouped_gemm=cfg.moe_grouped_gemm, permute_fusion=cfg.moe_permute_fusion,
+        shared_overlap=cfg.moe_shared_expert_overlap and facts.dispatch == ALLTOALL,
         sync_free=cfg.sync_free_stage > 0, graphed=captured(cfg.cuda_graph_impl, cfg.cuda_graph_scope),
         tp_overlap=cfg.tp_comm_overlap and cfg.tp > 1, ep_overlap=cfg.overlap_moe_expert_parallel_comm and cfg.ep > 1,
         fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg),

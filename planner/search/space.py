@@ -35,21 +35,21 @@ from paratune.oracle.constraints import (
 )
 from paratune.oracle.evaluate import layout_violations
 from paratune.oracle.identity_cache import by_identity
-from paratune.oracle.layout import microbatch_count, replicas
+from paratune.oracle.layout import (
+    ALLGATHER,
+    ALLTOALL,
+    DEEPEP,
+    DISPATCH_KNOBS,
+    HYBRIDEP,
+    TURBO_DEEPEP,
+    microbatch_count,
+    replicas,
+)
 from paratune.oracle.legality import LegalAxes, validate
 from paratune.oracle.performance.bound import KnobVariants
-from paratune.oracle.performance.ep_bandwidth import backend_of
 from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits, split_outcome
 from paratune.oracle.specs import ClusterSpec, ModelArch, TrialConfig, Workload
 from paratune.oracle.specs.config import SPLIT_KNOBS, sequence_parallel_in_effect
-
-# MoE dispatch options, as the knobs that choose them.
-ALLGATHER = {"moe_token_dispatcher_type": "allgather", "use_turbo_deepep": False}
-ALLTOALL = {"moe_token_dispatcher_type": "alltoall", "use_turbo_deepep": False}
-FLEX_DEEPEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep", "use_turbo_deepep": False}
-FLEX_HYBRIDEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
-                 "use_turbo_deepep": False}
-TURBO_DEEPEP = {"moe_token_dispatcher_type": "flex", "use_turbo_deepep": True}
 
 
 def _schedules(pp: int, vpp: int, microbatches: int) -> list[str]:
@@ -68,7 +68,7 @@ class Menu:
     recomputes: tuple[Recompute, ...]  # (granularity, selective modules)
     full_recompute: dict  # the user's pinned recompute_method / recompute_num_layers for full recompute
     fp8s: tuple[str, ...]
-    dispatchers: tuple[dict, ...]  # MoE dispatch options (EP > 1)
+    dispatchers: tuple[tuple[str, dict], ...]  # MoE dispatch options (EP > 1): (backend, the knobs that set it)
     plain_moe: dict  # the MoE knobs of a point without EP: dispatcher settings off, each as far as the rules allow
     ep_overlaps: tuple[bool, ...]
     tp_overlaps: tuple[bool, ...]
@@ -114,19 +114,22 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
     def ok(option: dict) -> bool:
         return all(allowed(rules, k, [v]) for k, v in option.items())
 
+    def knobs(backend: str, **more: object) -> tuple[str, dict]:
+        return backend, {**DISPATCH_KNOBS[backend], **more}
+
     # Megatron's flex backends are CUDA libraries: on ROCm DeepEP is Primus-Turbo's (legality `flex_rocm`).
     # Sync-free stages are not searched: off, unless the user pins a stage (then only Turbo DeepEP runs it).
     stage = fix.get("sync_free_stage", 0)
     if stage:
-        options: tuple[dict, ...] = ({**TURBO_DEEPEP, "sync_free_stage": stage},)
+        options = (knobs(TURBO_DEEPEP, sync_free_stage=stage),)
     else:
-        flex = (TURBO_DEEPEP,) if cluster.gpu.vendor == "amd" else (FLEX_DEEPEP, FLEX_HYBRIDEP)
-        options = tuple({**d, "sync_free_stage": 0} for d in (ALLGATHER, ALLTOALL, *flex))
+        flex = (TURBO_DEEPEP,) if cluster.gpu.vendor == "amd" else (DEEPEP, HYBRIDEP)
+        options = tuple(knobs(b, sync_free_stage=0) for b in (ALLGATHER, ALLTOALL, *flex))
     off_moe: dict[str, object] = {"use_turbo_deepep": False, "sync_free_stage": 0}
     if workload.model.is_moe:  # grouped expert GEMMs, as every MoE recipe runs them; no flex without EP (its TPxEP > 1)
         grouped = {"moe_grouped_gemm": _first_allowed(rules, "moe_grouped_gemm", [True, False])}
-        options = tuple({**d, **grouped} for d in options)
-        off_moe |= {**ALLTOALL, **grouped}
+        options = tuple((b, {**d, **grouped}) for b, d in options)
+        off_moe |= {**DISPATCH_KNOBS[ALLTOALL], **grouped}
     # plain DDP only where the rules refuse the distributed optimizer (which has its traffic and less memory)
     ddp = () if allowed(rules, "use_distributed_optimizer", [True]) else ((False, False),)
     sharding = tuple(x for x in ((False, True), (True, False), *ddp)
@@ -146,7 +149,7 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
             recomputes += [(r, mods) for mods in sets] if r == "selective" else [(r, None)]
     return Menu(recomputes=tuple(recomputes),
                 full_recompute={k: fix[k] for k in ("recompute_method", "recompute_num_layers") if k in fix},
-                fp8s=tuple(fp8s), dispatchers=tuple(d for d in options if ok(d)),
+                fp8s=tuple(fp8s), dispatchers=tuple(x for x in options if ok(x[1])),
                 plain_moe={k: v for k, v in off_moe.items() if ok({k: v})},  # a refused one: the (pinned) workload's
                 # EP overlap runs with at most one MTP layer (legality `ep_overlap_mtp`)
                 ep_overlaps=tuple(o for o in axes.overlap_moe_expert_parallel_comm
@@ -184,9 +187,7 @@ def _checker(workload: Workload, cluster: ClusterSpec) -> Callable[[TrialConfig]
 def bound_variants(m: Menu) -> KnobVariants:
     """The feature-knob settings of this search, for the sweep's layout bounds."""
     return KnobVariants(fp8=tuple(sorted({f != "none" for f in m.fp8s})),
-                        dispatch=tuple(sorted({backend_of(d["moe_token_dispatcher_type"],
-                                                   d.get("moe_flex_dispatcher_backend", "deepep"),
-                                                   d["use_turbo_deepep"]) for d in m.dispatchers})),
+                        dispatch=tuple(sorted({backend for backend, _ in m.dispatchers})),
                         tp_overlap=m.tp_overlaps, ep_overlap=m.ep_overlaps)
 
 
@@ -278,7 +279,8 @@ def _rules_allow(rules: tuple[Rule, ...], layout: dict) -> bool:
 
 def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict) -> bool:
     """Layout rules checked once with plain knobs; the knob loop below only builds legal combinations."""
-    plain = TrialConfig(**layout, recompute_granularity="none", fp8="none", **ALLTOALL, sync_free_stage=0,
+    plain = TrialConfig(**layout, recompute_granularity="none", fp8="none", **DISPATCH_KNOBS[ALLTOALL],
+                        sync_free_stage=0,
                         use_torch_fsdp2=False, use_distributed_optimizer=True, tp_comm_overlap=False,
                         overlap_moe_expert_parallel_comm=False)
     return not validate(workload.model, workload.effective(plain), cluster)
@@ -324,8 +326,8 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
         if r not in m.recomputes:
             continue
         if moe_ep:
-            moes = tuple({**d, "overlap_moe_expert_parallel_comm": o} for d in m.dispatchers for o in m.ep_overlaps
-                         if not o or (overlap_ok and r[0] != "full" and d["moe_token_dispatcher_type"] != "allgather"))
+            moes = tuple({**d, "overlap_moe_expert_parallel_comm": o} for b, d in m.dispatchers for o in m.ep_overlaps
+                         if not o or (overlap_ok and r[0] != "full" and b != ALLGATHER))
         else:
             moes = tuple({**m.plain_moe, "overlap_moe_expert_parallel_comm": False} for o in m.ep_overlaps if not o)
         discards = m.delayed_fp8 and not OUTPUT_DISCARDING.isdisjoint(r[1] or ())
