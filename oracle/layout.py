@@ -1,6 +1,6 @@
 """The layout facts of one configuration, derived once (torchtitan's `ParallelDims` idea): data-parallel
 sizes, micro-batches, sequence parallelism, tokens per rank, the per-stage layer assignment (where
-uneven pipeline splits live), the recompute plan and the MoE dispatch backend.
+uneven pipeline splits live), the recompute plan, the MoE dispatch backend and the data-parallel sharding.
 
 Legality, memory, time and benchmark mode read `layout_facts(model, cfg, world)`; none of them
 derives these again. Sizes follow megatron-core 0.16.1 `parallel_state.initialize_model_parallel`
@@ -141,6 +141,27 @@ class RecomputePlan(NamedTuple):
         return self.full and (not self.layer_ids or max(self.layer_ids) >= num_layers)
 
 
+class Sharding(NamedTuple):
+    """What the data-parallel groups shard: torch FSDP2 all three (Megatron-LM arguments.py: it excludes the
+    distributed optimizer); Megatron-FSDP what its data_parallel_sharding_strategy names (optim, optim_grads,
+    optim_grads_params: megatron-core 0.16.1 distributed_data_parallel_config.py; no_shard: none); otherwise the
+    distributed optimizer shards the optimizer state (distrib_optimizer.py), and nothing else is."""
+
+    weights: bool  # gathered layer by layer (ZeRO-3)
+    grads: bool  # reduce-scattered and kept sharded (ZeRO-2)
+    optimizer: bool  # optimizer state (ZeRO-1): gradients reduce-scattered, weights all-gathered each step
+
+
+@lru_cache(maxsize=64)
+def _sharding(torch_fsdp2: bool, megatron_fsdp: bool, strategy: str, distributed_optimizer: bool) -> Sharding:
+    if torch_fsdp2:
+        return Sharding(True, True, True)
+    if megatron_fsdp:
+        return Sharding(strategy == "optim_grads_params", strategy in ("optim_grads", "optim_grads_params"),
+                        strategy != "no_shard")
+    return Sharding(False, False, distributed_optimizer)
+
+
 class LayoutFacts(NamedTuple):
     """What a layout is, in numbers every part of the oracle reads (0 = does not divide); a named
     tuple because one is built for every new layout of a search."""
@@ -159,6 +180,7 @@ class LayoutFacts(NamedTuple):
     chunks: tuple[StageLayers, ...]  # the layers of each virtual stage, in model order
     recompute: RecomputePlan
     dispatch: str  # MoE dispatch backend (`dispatch_backend`): one of DISPATCH_BACKENDS
+    sharding: Sharding  # what the data-parallel groups shard
 
     @property
     def dp_or_1(self) -> int:
@@ -213,7 +235,9 @@ def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
         mbs * c["seq_length"] / cp, split, stages, error, _stage_layers(model.moe_layer_pattern, stages),
         _recompute_plan(c["recompute_granularity"], c["recompute_method"], c["recompute_num_layers"],
                         c["recompute_modules"], c["recompute_layer_ids"]),
-        dispatch_backend(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"]))
+        dispatch_backend(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"]),
+        _sharding(c["use_torch_fsdp2"], c["use_megatron_fsdp"], c["data_parallel_sharding_strategy"],
+                  c["use_distributed_optimizer"]))
 
 
 _CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}

@@ -15,7 +15,9 @@ from paratune.oracle.layout import (
     RecomputePlan,
     layout_facts,
 )
+from paratune.oracle.memory.estimate import estimate_memory
 from paratune.oracle.performance.pipeline import chunks
+from paratune.oracle.performance.simulate import simulate
 from paratune.oracle.specs import TrialConfig
 
 from .conftest import example
@@ -75,3 +77,41 @@ def test_the_knobs_the_search_writes_for_each_backend_read_back_as_that_backend(
         assert layout_facts(w.model, cfg, c.world_size).dispatch == backend
     cfg = w.effective(TrialConfig(ep=8, moe_token_dispatcher_type="alltoall", sync_free_stage=2))
     assert layout_facts(w.model, cfg, c.world_size).dispatch == TURBO_DEEPEP
+
+
+def _with_strategy(workload, strategy):
+    """The workload with Megatron-FSDP's data_parallel_sharding_strategy set (a workload setting, not a knob)."""
+    training = workload.training.model_copy(update={"data_parallel_sharding_strategy": strategy})
+    return workload.model_copy(update={"training": training})
+
+
+def test_sharding_follows_the_zero_stage_each_setting_names():
+    """megatron-core 0.16.1 distributed_data_parallel_config.py: Megatron-FSDP's data_parallel_sharding_strategy
+    no_shard / optim / optim_grads / optim_grads_params shard nothing / the optimizer state / and the gradients /
+    and the weights (ZeRO 0-3); torch FSDP2 shards all three; the distributed optimizer alone the optimizer state."""
+    w, c = example("llama8b")
+
+    def sharding(strategy="no_shard", **knobs):
+        cfg = _with_strategy(w, strategy).effective(TrialConfig(**knobs))
+        return tuple(layout_facts(w.model, cfg, c.world_size).sharding)
+
+    assert sharding(use_torch_fsdp2=True, use_distributed_optimizer=False) == (True, True, True)
+    assert sharding(use_torch_fsdp2=False, use_distributed_optimizer=True) == (False, False, True)
+    assert sharding(use_torch_fsdp2=False, use_distributed_optimizer=False) == (False, False, False)
+    expected = {"no_shard": (False, False, False), "optim": (False, False, True), "optim_grads": (False, True, True),
+                "optim_grads_params": (True, True, True)}
+    for strategy, flags in expected.items():
+        assert sharding(strategy, use_torch_fsdp2=False, use_megatron_fsdp=True,
+                        use_distributed_optimizer=True) == flags
+
+
+def test_megatron_fsdp_without_sharding_is_plain_ddp_in_memory_and_time():
+    """Megatron-FSDP with no_shard keeps whole copies and all-reduces the gradients whatever
+    use_distributed_optimizer says: memory and time both read the one sharding fact, so the layout projects
+    exactly as plain DDP does."""
+    w, c = example("llama8b")
+    plain = w.effective(TrialConfig(use_torch_fsdp2=False, use_distributed_optimizer=False))
+    no_shard = _with_strategy(w, "no_shard").effective(TrialConfig(use_torch_fsdp2=False, use_megatron_fsdp=True,
+                                                                   use_distributed_optimizer=True))
+    assert estimate_memory(w.model, no_shard, c).total_gb == estimate_memory(w.model, plain, c).total_gb
+    assert simulate(w.model, no_shard, c).iteration_ms == simulate(w.model, plain, c).iteration_ms

@@ -133,7 +133,7 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[
     # 6 + 12/DP of theoretical_memory_usage.py assumes CP = 1) and expert-DP for expert parameters.
     # Torch FSDP2 shards weights, gradients and optimizer state over the same groups; Megatron-FSDP
     # shards what its data_parallel_sharding_strategy names (optim, optim_grads, optim_grads_params).
-    w_sharded, g_sharded, o_sharded = map(float, _sharding(c))  # flags 0.0 / 1.0, as `_terms` multiplies
+    w_sharded, g_sharded, o_sharded = map(float, facts.sharding)  # flags 0.0 / 1.0, as `_terms` multiplies
     # FP8 primary weights: the linear weights have no bf16 copy, only the FP8 one (state_bytes.py).
     fp8_primary = float(fp8 and c["fp8_param_gather"])
 
@@ -267,14 +267,3 @@ def _estimate(t: Sequence[float], p: Sequence[float], r: Sequence[float]) -> Mem
         "mem_params_embedding_count": t[18],
     }
     return MemoryEstimate(t[0] / GIB, t[1] / GIB, t[2] / GIB, breakdown)
-
-
-def _sharding(c: dict) -> tuple[bool, bool, bool]:
-    """Whether (weights, gradients, optimizer state) are sharded over the data-parallel groups."""
-    if c["use_torch_fsdp2"]:
-        return True, True, True
-    if c["use_megatron_fsdp"]:
-        strategy = c["data_parallel_sharding_strategy"]
-        return (strategy == "optim_grads_params", strategy in ("optim_grads", "optim_grads_params"),
-                strategy != "no_shard")
-    return False, False, c["use_distributed_optimizer"]

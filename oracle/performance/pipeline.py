@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import ALLTOALL, LayoutFacts, RecomputePlan, StageLayers, layout_facts
+from ..layout import ALLTOALL, LayoutFacts, RecomputePlan, Sharding, StageLayers, layout_facts
 from ..memory.state_bytes import grad_bytes
 from ..model_shape import ModelShape, model_shape
 from ..param_count import edge_params, layer_params
@@ -69,17 +69,10 @@ def chunks(model: ModelArch, facts: LayoutFacts, *, recompute: bool = True) -> t
     return _chunks(facts.chunks, model.moe_layer_pattern, facts.recompute if recompute else _NO_RECOMPUTE)
 
 
-def shards_weights(cfg: EffectiveConfig) -> bool:
-    """Whether the weights are sharded and gathered per layer: torch FSDP2, or Megatron-FSDP with
-    `optim_grads_params` (ZeRO-3; megatron-core distributed_data_parallel_config.py)."""
-    return cfg.use_torch_fsdp2 or (cfg.use_megatron_fsdp
-                                   and cfg.data_parallel_sharding_strategy == "optim_grads_params")
-
-
 def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, facts: LayoutFacts) -> Ctx:
     """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute); DP, expert-DP,
     SP and tokens per rank come from the layout facts, derived once (`oracle/layout.py`)."""
-    sharded = shards_weights(cfg)
+    sharded = facts.sharding.weights  # gathered per layer: torch FSDP2, or Megatron-FSDP's optim_grads_params
     dp, edp = facts.dp_or_1, facts.edp_or_1
     return Ctx(
         shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
@@ -156,7 +149,8 @@ def blocks(ctx: Ctx, piped: bool) -> tuple[Block, Block, Block, Block]:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """A layout's data-parallel sizes, micro-batches and pipeline shape (v chunks per rank, V stages)."""
+    """A layout's data-parallel sizes and sharding, micro-batches and pipeline shape (v chunks per rank, V
+    stages)."""
 
     dp: int
     edp: int
@@ -165,12 +159,13 @@ class Pipeline:
     p: int
     v: int
     V: int
+    sharding: Sharding
 
     @classmethod
     def of(cls, facts: LayoutFacts, cfg: EffectiveConfig) -> Pipeline:
         schedule, p, v = cfg.pp_schedule, cfg.pp, facts.vpp
         return cls(facts.dp_or_1, facts.edp_or_1, facts.microbatches_or_1, schedule, p, v,
-                   virtual_stages(schedule, p, v))
+                   virtual_stages(schedule, p, v), facts.sharding)
 
 
 def recompute_indices(facts: LayoutFacts) -> tuple[int, ...]:
@@ -274,8 +269,8 @@ def dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float
                      fwd: float, bwd: float) -> tuple[float, float]:
     """(exposed data-parallel communication, optimizer step) of one rank, ms per iteration.
 
-    Gradients (FP32, or BF16 with grad_reduce_in_fp32 off) are reduce-scattered (distributed optimizer)
-    or all-reduced over DP·CP for dense weights and expert-DP for expert weights; with
+    Gradients (FP32, or BF16 with grad_reduce_in_fp32 off) are reduce-scattered (optimizer state sharded,
+    `LayoutFacts.sharding`) or all-reduced over DP·CP for dense weights and expert-DP for expert weights; with
     overlap_grad_reduce the buckets go out during the last micro-batch's backward and only what that
     backward cannot cover (at least the last bucket) is exposed; the hidden part still costs
     `overlap_cost` of its time. The distributed optimizer all-gathers BF16 weights, hidden likewise
@@ -285,8 +280,7 @@ def dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float
     dgroup, egroup = pl.dp * cfg.cp, pl.edp
     if ctx.fsdp:
         return 0.0, optimizer_ms(ctx, dense, expert, pl, sharded=True)
-    distopt = cfg.use_distributed_optimizer or (cfg.use_megatron_fsdp
-                                                and cfg.data_parallel_sharding_strategy != "no_shard")
+    distopt = pl.sharding.optimizer
     collective = net.reduce_scatter if distopt else net.all_reduce
     g = ctx.grad_bytes  # fp32 or bf16 gradient reduce
     grads = collective(dense * g, dgroup, cfg.tp) + collective(expert * g, egroup, ctx.etp * ctx.ep)
