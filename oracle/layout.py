@@ -1,6 +1,7 @@
 """The layout facts of one configuration, derived once (torchtitan's `ParallelDims` idea): data-parallel
 sizes, micro-batches, sequence parallelism, tokens per rank, the per-stage layer assignment (where
-uneven pipeline splits live), the recompute plan, the MoE dispatch backend and the data-parallel sharding.
+uneven pipeline splits live), the recompute plan, the MoE dispatch backend, the data-parallel sharding and
+the communication overlaps in effect.
 
 Legality, memory, time and benchmark mode read `layout_facts(model, cfg, world)`; none of them
 derives these again. Sizes follow megatron-core 0.16.1 `parallel_state.initialize_model_parallel`
@@ -162,6 +163,23 @@ def _sharding(torch_fsdp2: bool, megatron_fsdp: bool, strategy: str, distributed
     return Sharding(False, False, distributed_optimizer)
 
 
+class Overlaps(NamedTuple):
+    """The communication overlaps in effect (a knob that asks for one where its traffic does not exist runs
+    without it; legality reads the knobs themselves)."""
+
+    tp: bool  # tp_comm_overlap with TP > 1: TP collectives pipelined with their GEMMs (TE userbuffers)
+    ep: bool  # overlap_moe_expert_parallel_comm with EP > 1: dispatch/combine behind another micro-batch
+    shared_experts: bool  # moe_shared_expert_overlap with the all-to-all dispatcher (transformer_config.py)
+    grad_reduce: bool  # overlap_grad_reduce: gradient buckets reduced during the last backward
+
+
+@lru_cache(maxsize=256)
+def _overlaps(tp_overlap: bool, tp: int, ep_overlap: bool, ep: int, shared_overlap: bool, dispatch: str,
+              grad_reduce: bool) -> Overlaps:
+    return Overlaps(tp_overlap and tp > 1, ep_overlap and ep > 1, shared_overlap and dispatch == ALLTOALL,
+                    grad_reduce)
+
+
 class LayoutFacts(NamedTuple):
     """What a layout is, in numbers every part of the oracle reads (0 = does not divide); a named
     tuple because one is built for every new layout of a search."""
@@ -181,6 +199,7 @@ class LayoutFacts(NamedTuple):
     recompute: RecomputePlan
     dispatch: str  # MoE dispatch backend (`dispatch_backend`): one of DISPATCH_BACKENDS
     sharding: Sharding  # what the data-parallel groups shard
+    overlaps: Overlaps  # the communication overlaps in effect
 
     @property
     def dp_or_1(self) -> int:
@@ -229,15 +248,17 @@ def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
                       c["pp_loss_in_split"])
     stages, error = split_outcome(model.num_layers, model.mtp_num_layers, pp, vpp if vpp > 1 else None, split)
     gbs, mbs = c["gbs"], c["mbs"]
+    dispatch = dispatch_backend(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"])
     return LayoutFacts(  # positional, in field order: built for every new layout
         world, dp, replicas(world, c["etp"] * c["ep"] * pp), microbatch_count(gbs, mbs, dp),
         max(1, gbs // (mbs * (dp or 1))), c["sequence_parallel"], max(1, len(stages) // pp),
         mbs * c["seq_length"] / cp, split, stages, error, _stage_layers(model.moe_layer_pattern, stages),
         _recompute_plan(c["recompute_granularity"], c["recompute_method"], c["recompute_num_layers"],
                         c["recompute_modules"], c["recompute_layer_ids"]),
-        dispatch_backend(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"]),
-        _sharding(c["use_torch_fsdp2"], c["use_megatron_fsdp"], c["data_parallel_sharding_strategy"],
-                  c["use_distributed_optimizer"]))
+        dispatch, _sharding(c["use_torch_fsdp2"], c["use_megatron_fsdp"], c["data_parallel_sharding_strategy"],
+                            c["use_distributed_optimizer"]),
+        _overlaps(c["tp_comm_overlap"], tp, c["overlap_moe_expert_parallel_comm"], c["ep"],
+                  c["moe_shared_expert_overlap"], dispatch, c["overlap_grad_reduce"]))
 
 
 _CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}

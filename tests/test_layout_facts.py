@@ -115,3 +115,21 @@ def test_megatron_fsdp_without_sharding_is_plain_ddp_in_memory_and_time():
                                                                    use_distributed_optimizer=True))
     assert estimate_memory(w.model, no_shard, c).total_gb == estimate_memory(w.model, plain, c).total_gb
     assert simulate(w.model, no_shard, c).iteration_ms == simulate(w.model, plain, c).iteration_ms
+
+
+def test_an_overlap_is_in_effect_only_where_its_traffic_exists():
+    """TP overlap needs TP > 1, EP overlap EP > 1, and the shared-expert overlap is the all-to-all dispatcher's
+    (megatron-core 0.16.1 transformer_config.py: "moe_shared_expert_overlap only works with alltoall token
+    dispatcher"); overlap_grad_reduce is read as set."""
+    w, c = example("mixtral")
+
+    def overlaps(**knobs):
+        return layout_facts(w.model, w.effective(TrialConfig(**knobs)), c.world_size).overlaps
+
+    on = dict(tp_comm_overlap=True, overlap_moe_expert_parallel_comm=True, overlap_grad_reduce=False)
+    assert overlaps(tp=1, ep=1, **on)[:2] == (False, False)
+    assert overlaps(tp=2, ep=8, **on)[:2] == (True, True) and not overlaps(tp=2, ep=8, **on).grad_reduce
+    shared = w.model_copy(update={"training": w.training.model_copy(update={"moe_shared_expert_overlap": True})})
+    for backend, knobs in DISPATCH_KNOBS.items():
+        cfg = shared.effective(TrialConfig(ep=8, **knobs))
+        assert layout_facts(w.model, cfg, c.world_size).overlaps.shared_experts == (backend == "alltoall")

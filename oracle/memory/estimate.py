@@ -117,7 +117,7 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[
     # Data-parallel sizes; an illegal layout has none (0): treat it as 1.
     dp, edp = facts.dp_or_1, facts.edp_or_1
     # EP all-to-all overlap runs one more warm-up forward under interleaving (schedules.py)
-    extra = int(c["overlap_moe_expert_parallel_comm"] and vpp > 1 and pp > 1)
+    extra = int(facts.overlaps.ep and vpp > 1 and pp > 1)
     nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, facts.microbatches_or_1, extra)
 
     dense_l, moe_l = layer_params(g, tp, etp, ep)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import ALLTOALL, LayoutFacts, RecomputePlan, Sharding, StageLayers, layout_facts
+from ..layout import LayoutFacts, RecomputePlan, Sharding, StageLayers, layout_facts
 from ..memory.state_bytes import grad_bytes
 from ..model_shape import ModelShape, model_shape
 from ..param_count import edge_params, layer_params
@@ -79,9 +79,9 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
         ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
         dispatch=facts.dispatch, grouped_gemm=cfg.moe_grouped_gemm, permute_fusion=cfg.moe_permute_fusion,
-        shared_overlap=cfg.moe_shared_expert_overlap and facts.dispatch == ALLTOALL,
+        shared_overlap=facts.overlaps.shared_experts,
         sync_free=cfg.sync_free_stage > 0, graphed=captured(cfg.cuda_graph_impl, cfg.cuda_graph_scope),
-        tp_overlap=cfg.tp_comm_overlap and cfg.tp > 1, ep_overlap=cfg.overlap_moe_expert_parallel_comm and cfg.ep > 1,
+        tp_overlap=facts.overlaps.tp, ep_overlap=facts.overlaps.ep,
         fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg),
         gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node, c=c,
     )
@@ -160,12 +160,13 @@ class Pipeline:
     v: int
     V: int
     sharding: Sharding
+    grad_overlap: bool  # overlap_grad_reduce
 
     @classmethod
     def of(cls, facts: LayoutFacts, cfg: EffectiveConfig) -> Pipeline:
         schedule, p, v = cfg.pp_schedule, cfg.pp, facts.vpp
         return cls(facts.dp_or_1, facts.edp_or_1, facts.microbatches_or_1, schedule, p, v,
-                   virtual_stages(schedule, p, v), facts.sharding)
+                   virtual_stages(schedule, p, v), facts.sharding, facts.overlaps.grad_reduce)
 
 
 def recompute_indices(facts: LayoutFacts) -> tuple[int, ...]:
@@ -286,7 +287,7 @@ def dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float
     grads = collective(dense * g, dgroup, cfg.tp) + collective(expert * g, egroup, ctx.etp * ctx.ep)
     params = (net.all_gather(dense * BF16_BYTES, dgroup, cfg.tp)
               + net.all_gather(expert * BF16_BYTES, egroup, ctx.etp * ctx.ep) if distopt else 0.0)
-    if cfg.overlap_grad_reduce:
+    if pl.grad_overlap:
         bucket = min(1.0, c.grad_bucket_params / max(1.0, dense + expert))
         exposed = max(bucket * grads, grads - bwd) + max(bucket * params, params - fwd)
         exposed += c.overlap_cost * (grads + params - exposed)
