@@ -312,7 +312,7 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
     Zero-bubble schedules run without recompute (Primus's zero-bubble patches); the dispatcher and EP
     overlap only act with EP > 1 (without, they are off), EP overlap only with the all-to-all or flex
     dispatcher, without full recompute and, under PP, with the interleaved schedule
-    (`oracle.legality._overlap_rules`); TP overlap needs sequence parallelism and, on ROCm, no FP8;
+    (`oracle.legality._ep_overlap_rules`); TP overlap needs sequence parallelism and, on ROCm, no FP8;
     torch FSDP2 needs PP = EP = 1 (Megatron-LM arguments.py). Where a knob does not apply it stays
     off, and a layout whose rules forbid off has no points."""
     recomputes = (("none", None),) if layout["pp_schedule"] in ("zb", "zbv") else m.recomputes
