@@ -214,37 +214,51 @@ def layout_knobs(workload: Workload, layout: dict, m: Menu) -> tuple[dict, Menu,
 
 def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict]:
     """Yield every legal parallel layout (the axes before the feature knobs) with at least one legal
-    feature-knob point, in a fixed order."""
+    feature-knob point, in a fixed order: TP, PP, then the grids that fill the world (`_grids`), then the
+    micro-batch size, VPP, schedule and split that run them (`_pipelines`)."""
     model, t = workload.model, workload.training
-    world, gbs = cluster.world_size, t.global_batch_size
     axes = search_axes(workload, cluster)
     m = menu(workload, cluster)
-    layers, mtp = model.num_layers, model.mtp_num_layers
-    named_etp = cluster.search.names("etp")
-    for tp in axes.tp:
-        for pp in axes.pp:
-            splits = {v: _splits(layers, mtp, pp, v, cluster.search.fix) for v in axes.vpp if v == 1 or pp > 1}
-            vpps = [v for v, options in splits.items() if options]
-            for cp in axes.cp:
-                dp = replicas(world, tp * pp * cp)
-                if not dp:
-                    continue
-                for ep in axes.ep:
-                    for etp in _etps(model, tp, axes, named_etp):
-                        if not replicas(world, etp * ep * pp):
-                            continue
-                        for mbs in axes.mbs:
-                            n = microbatch_count(gbs, mbs, dp)
-                            if not n:
-                                continue
-                            for vpp in vpps:
-                                schedules = [x for x in _schedules(pp, vpp, n) if x in axes.pp_schedule]
-                                for schedule, split in product(schedules, splits[vpp]):
-                                    layout = dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, mbs=mbs, vpp=vpp,
-                                                  pp_schedule=schedule, **split_knobs(split))
-                                    if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout)
-                                            and knob_count(*layout_knobs(workload, layout, m))):
-                                        yield layout
+    for tp, pp in product(axes.tp, axes.pp):
+        splits = {v: _splits(model.num_layers, model.mtp_num_layers, pp, v, cluster.search.fix)
+                  for v in axes.vpp if v == 1 or pp > 1}
+        for cp, ep, etp, dp in _grids(model, cluster, axes, tp, pp):
+            for mbs, vpp, schedule, split in _pipelines(axes, t.global_batch_size, dp, pp, splits):
+                layout = dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, mbs=mbs, vpp=vpp, pp_schedule=schedule,
+                              **split_knobs(split))
+                if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout)
+                        and knob_count(*layout_knobs(workload, layout, m))):
+                    yield layout
+
+
+def _grids(model: ModelArch, cluster: ClusterSpec, axes: LegalAxes, tp: int, pp: int
+           ) -> Iterator[tuple[int, int, int, int]]:
+    """(CP, EP, ETP, DP) with this TP and PP whose dense and expert grids both fill the world (megatron-core
+    parallel_state.py; `oracle.layout.replicas`)."""
+    world, named_etp = cluster.world_size, cluster.search.names("etp")
+    for cp in axes.cp:
+        dp = replicas(world, tp * pp * cp)
+        if not dp:
+            continue
+        for ep in axes.ep:
+            for etp in _etps(model, tp, axes, named_etp):
+                if replicas(world, etp * ep * pp):
+                    yield cp, ep, etp, dp
+
+
+def _pipelines(axes: LegalAxes, gbs: int, dp: int, pp: int, splits: dict[int, tuple[PipelineSplit, ...]]
+               ) -> Iterator[tuple[int, int, str, PipelineSplit]]:
+    """(MBS, VPP, schedule, split) of one grid: MBS that divides the batch into whole micro-batches per DP rank,
+    each VPP with a split, the schedules that run it (`_schedules`) and its splits."""
+    vpps = [v for v, options in splits.items() if options]
+    for mbs in axes.mbs:
+        n = microbatch_count(gbs, mbs, dp)
+        if not n:
+            continue
+        for vpp in vpps:
+            schedules = [x for x in _schedules(pp, vpp, n) if x in axes.pp_schedule]
+            for schedule, split in product(schedules, splits[vpp]):
+                yield mbs, vpp, schedule, split
 
 
 def _etps(model: ModelArch, tp: int, axes: LegalAxes, named: bool) -> list[int]:
