@@ -121,7 +121,7 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
     # Sync-free stages are not searched: off, unless the user pins a stage (then only Turbo DeepEP runs it).
     stage = fix.get("sync_free_stage", 0)
     if stage:
-        options = (knobs(TURBO_DEEPEP, sync_free_stage=stage),)
+        options: tuple[tuple[str, dict], ...] = (knobs(TURBO_DEEPEP, sync_free_stage=stage),)
     else:
         flex = (TURBO_DEEPEP,) if cluster.gpu.vendor == "amd" else (DEEPEP, HYBRIDEP)
         options = tuple(knobs(b, sync_free_stage=0) for b in (ALLGATHER, ALLTOALL, *flex))
