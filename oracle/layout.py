@@ -153,7 +153,6 @@ class Sharding(NamedTuple):
     optimizer: bool  # optimizer state (ZeRO-1): gradients reduce-scattered, weights all-gathered each step
 
 
-@lru_cache(maxsize=64)
 def _sharding(torch_fsdp2: bool, megatron_fsdp: bool, strategy: str, distributed_optimizer: bool) -> Sharding:
     if torch_fsdp2:
         return Sharding(True, True, True)
@@ -173,11 +172,16 @@ class Overlaps(NamedTuple):
     grad_reduce: bool  # overlap_grad_reduce: gradient buckets reduced during the last backward
 
 
-@lru_cache(maxsize=256)
-def _overlaps(tp_overlap: bool, tp: int, ep_overlap: bool, ep: int, shared_overlap: bool, dispatch: str,
-              grad_reduce: bool) -> Overlaps:
-    return Overlaps(tp_overlap and tp > 1, ep_overlap and ep > 1, shared_overlap and dispatch == ALLTOALL,
-                    grad_reduce)
+@lru_cache(maxsize=1024)
+def _features(dispatcher: str, flex_backend: str, turbo_deepep: bool, torch_fsdp2: bool, megatron_fsdp: bool,
+              strategy: str, distributed_optimizer: bool, tp_overlap: bool, tp_group: bool, ep_overlap: bool,
+              ep_group: bool, shared_overlap: bool, grad_reduce: bool) -> tuple[str, Sharding, Overlaps]:
+    """(dispatch backend, sharding, overlaps) of these knob values, one object each per distinct setting
+    (`tp_group` / `ep_group`: TP > 1, EP > 1)."""
+    dispatch = dispatch_backend(dispatcher, flex_backend, turbo_deepep)
+    overlaps = Overlaps(tp_overlap and tp_group, ep_overlap and ep_group, shared_overlap and dispatch == ALLTOALL,
+                        grad_reduce)
+    return dispatch, _sharding(torch_fsdp2, megatron_fsdp, strategy, distributed_optimizer), overlaps
 
 
 class LayoutFacts(NamedTuple):
@@ -248,17 +252,16 @@ def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
                       c["pp_loss_in_split"])
     stages, error = split_outcome(model.num_layers, model.mtp_num_layers, pp, vpp if vpp > 1 else None, split)
     gbs, mbs = c["gbs"], c["mbs"]
-    dispatch = dispatch_backend(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"])
     return LayoutFacts(  # positional, in field order: built for every new layout
         world, dp, replicas(world, c["etp"] * c["ep"] * pp), microbatch_count(gbs, mbs, dp),
         max(1, gbs // (mbs * (dp or 1))), c["sequence_parallel"], max(1, len(stages) // pp),
         mbs * c["seq_length"] / cp, split, stages, error, _stage_layers(model.moe_layer_pattern, stages),
         _recompute_plan(c["recompute_granularity"], c["recompute_method"], c["recompute_num_layers"],
                         c["recompute_modules"], c["recompute_layer_ids"]),
-        dispatch, _sharding(c["use_torch_fsdp2"], c["use_megatron_fsdp"], c["data_parallel_sharding_strategy"],
-                            c["use_distributed_optimizer"]),
-        _overlaps(c["tp_comm_overlap"], tp, c["overlap_moe_expert_parallel_comm"], c["ep"],
-                  c["moe_shared_expert_overlap"], dispatch, c["overlap_grad_reduce"]))
+        *_features(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"],
+                   c["use_torch_fsdp2"], c["use_megatron_fsdp"], c["data_parallel_sharding_strategy"],
+                   c["use_distributed_optimizer"], c["tp_comm_overlap"], tp > 1, c["overlap_moe_expert_parallel_comm"],
+                   c["ep"] > 1, c["moe_shared_expert_overlap"], c["overlap_grad_reduce"]))
 
 
 _CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}

@@ -238,6 +238,14 @@ def _pipeline_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violati
         out.append(_violation("zbv_vpp", f"ZBV needs VPP=2, got {vpp}"))
 
 
+def _overlap_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """CUDA graphs, EP and TP overlap: their rules, when any of them is on (most points have none)."""
+    if c["overlap_moe_expert_parallel_comm"] or c["tp_comm_overlap"] or c["cuda_graph_impl"] != "none":
+        _graph_rules(lim, c, facts, out)
+        _ep_overlap_rules(lim, c, facts, out)
+        _tp_overlap_rules(lim, c, facts, out)
+
+
 def _graph_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
     """CUDA graphs allow full recompute only as one full-iteration graph (megatron-core transformer_config.py
     `__post_init__`)."""
@@ -373,4 +381,4 @@ def _recompute_layer_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[
 # Every rule group, in the order `validate` reports their violations.
 RULES: tuple[Callable[[_Limits, dict, LayoutFacts, list[Violation]], None], ...] = (
     _grid_rules, _expert_rules, _split_rules, _pipeline_rules, _optimizer_rules, _recompute_module_rules,
-    _dispatch_rules, _graph_rules, _ep_overlap_rules, _tp_overlap_rules, _precision_rules, _recompute_layer_rules)
+    _dispatch_rules, _overlap_rules, _precision_rules, _recompute_layer_rules)
