@@ -16,7 +16,6 @@ buffer configs). Which knobs a cluster's stack has is the knob registry's (`orac
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import get_args
 
@@ -24,7 +23,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .identity_cache import by_identity
 from .layout import ALLGATHER, DEEPEP, FLEX_BACKENDS, HYBRIDEP, TURBO_DEEPEP, LayoutFacts, layout_facts
-from .pipeline_split import candidate_splits
+from .pipeline_split import Stage, candidate_splits
 from .specs import ClusterSpec, EffectiveConfig, ModelArch, Violation
 from .specs.training import (
     Dispatcher,
@@ -152,12 +151,21 @@ def _violation(code: str, message: str) -> Violation:
 
 
 def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> list[Violation]:
-    """Every rule this layout breaks, each with a stable code and a sentence, in `RULES` order; empty when legal."""
+    """Every rule this layout breaks, each with a stable code and a sentence, group by group (called one by one:
+    this runs for every point of a search); empty when legal."""
     lim, c = _limits(model, cluster), cfg.__dict__  # plain reads: this runs for every point of a search
     facts = layout_facts(model, cfg, lim.world)
     out: list[Violation] = []
-    for rules in RULES:
-        rules(lim, c, facts, out)
+    _grid_rules(lim, c, facts, out)
+    _expert_rules(lim, c, facts, out)
+    _split_rules(lim, c, facts, out)
+    _pipeline_rules(lim, c, facts, out)
+    _optimizer_rules(lim, c, facts, out)
+    _recompute_module_rules(lim, c, facts, out)
+    _dispatch_rules(lim, c, facts, out)
+    _overlap_rules(lim, c, facts, out)
+    _precision_rules(lim, c, facts, out)
+    _recompute_layer_rules(lim, c, facts, out)
     return out
 
 
@@ -201,12 +209,18 @@ def _expert_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation
                               "(megatron-core moe_layer.py refuses it in training)"))
 
 
+@by_identity(maxsize=4096)
+def _decoders(stages: tuple[Stage, ...]) -> int:
+    """Decoder layers a split builds, once per stages object (the split cache shares them across layouts)."""
+    return sum(s.decoders for s in stages)
+
+
 def _split_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
     """The layer split Megatron accepts (`oracle.pipeline_split`), and GBS in whole micro-batches per DP rank."""
     if facts.split_error is not None:
         out.append(_violation(facts.split_error.code, facts.split_error.message))
-    elif sum(s.decoders for s in facts.stages) != lim.num_layers:
-        out.append(_violation("split_decoders", f"the split builds {sum(s.decoders for s in facts.stages)} decoder "
+    elif _decoders(facts.stages) != lim.num_layers:
+        out.append(_violation("split_decoders", f"the split builds {_decoders(facts.stages)} decoder "
                               f"layers, num_layers is {lim.num_layers}"))
     if facts.dp and not facts.microbatches:
         out.append(_violation("gbs_mbs_dp", f"global batch {c['gbs']} is not divisible by MBS*DP = "
@@ -376,9 +390,3 @@ def _recompute_layer_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[
         if n_rec > per_chunk:
             out.append(_violation("recompute_num_layers", f"recompute_num_layers={n_rec} exceeds the "
                                   f"{per_chunk} layers per stage{' chunk' if c['vpp'] > 1 else ''}"))
-
-
-# Every rule group, in the order `validate` reports their violations.
-RULES: tuple[Callable[[_Limits, dict, LayoutFacts, list[Violation]], None], ...] = (
-    _grid_rules, _expert_rules, _split_rules, _pipeline_rules, _optimizer_rules, _recompute_module_rules,
-    _dispatch_rules, _overlap_rules, _precision_rules, _recompute_layer_rules)
