@@ -22,8 +22,8 @@ from typing import get_args
 from pydantic import BaseModel, ConfigDict
 
 from .identity_cache import by_identity
-from .layout import LayoutFacts, layout_facts
-from .pipeline_split import candidate_splits
+from .layout import ALLGATHER, DEEPEP, FLEX_BACKENDS, HYBRIDEP, TURBO_DEEPEP, LayoutFacts, layout_facts
+from .pipeline_split import Stage, candidate_splits
 from .specs import ClusterSpec, EffectiveConfig, ModelArch, Violation
 from .specs.training import (
     Dispatcher,
@@ -151,13 +151,30 @@ def _violation(code: str, message: str) -> Violation:
 
 
 def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> list[Violation]:
-    """Every rule this layout breaks, each with a stable code and a sentence; empty when legal."""
+    """Every rule this layout breaks, each with a stable code and a sentence, group by group (called one by one:
+    this runs for every point of a search); empty when legal."""
     lim, c = _limits(model, cluster), cfg.__dict__  # plain reads: this runs for every point of a search
     facts = layout_facts(model, cfg, lim.world)
     out: list[Violation] = []
+    _grid_rules(lim, c, facts, out)
+    _expert_rules(lim, c, facts, out)
+    _split_rules(lim, c, facts, out)
+    _pipeline_rules(lim, c, facts, out)
+    _optimizer_rules(lim, c, facts, out)
+    _recompute_module_rules(lim, c, facts, out)
+    _dispatch_rules(lim, c, facts, out)
+    _overlap_rules(lim, c, facts, out)
+    _precision_rules(lim, c, facts, out)
+    _recompute_layer_rules(lim, c, facts, out)
+    _legacy_grouped_gemm_rules(lim, c, facts, out)
+    return out
+
+
+def _grid_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """The dense and expert grids fill the world (parallel_state.py); TP divides the sizes it splits, within a
+    node unless the cluster allows more; CP halves each sequence chunk (load-balanced causal attention)."""
     world, tp, pp, cp, ep, etp = lim.world, c["tp"], c["pp"], c["cp"], c["ep"], c["etp"]
-    dp = facts.dp
-    if not dp:
+    if not facts.dp:
         out.append(_violation("world_attention", f"world size {world} is not divisible by TP*PP*CP = {tp}*{pp}*{cp}"))
     if not facts.edp:
         out.append(_violation("world_expert", f"world size {world} is not divisible by ETP*EP*PP = {etp}*{ep}*{pp}"))
@@ -170,35 +187,48 @@ def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> li
                               "(cluster sets no allow_cross_node_tp)"))
     if cp > 1 and c["seq_length"] % (2 * cp):
         out.append(_violation("cp_seq", f"CP={cp} needs seq_length divisible by 2*CP={2 * cp}, got {c['seq_length']}"))
-    if lim.is_moe:
-        if lim.num_experts % ep:
-            out.append(_violation("ep_experts", f"EP={ep} does not divide num_experts={lim.num_experts}"))
-        if lim.expert_ffn % etp:
-            out.append(_violation("etp_moe_ffn", f"ETP={etp} does not divide moe_ffn_hidden_size={lim.expert_ffn}"))
-        if etp > lim.max_tp:
-            out.append(_violation("etp_node", f"ETP={etp} exceeds {lim.gpus_per_node} GPUs per node"))
-        if lim.moe_bias and etp != 1:
-            out.append(_violation("etp_moe_bias", f"ETP={etp} with add_bias_linear: megatron-core supports bias "
-                                  "in MoE only at ETP=1 (transformer_config.py: \"Bias in Moe is only supported "
-                                  "when ETP==1\")"))
-        if ep > 1 and tp > 1 and not c["sequence_parallel"]:
-            out.append(_violation("ep_tp_needs_sp", f"EP={ep} with TP={tp} needs sequence parallelism "
-                                  "(megatron-core moe_layer.py refuses it in training)"))
+
+
+def _expert_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """A MoE model's EP and ETP: they divide the experts and the expert FFN, ETP within a node (and 1 with
+    biases), and EP with TP needs sequence parallelism."""
+    if not lim.is_moe:
+        return
+    tp, ep, etp = c["tp"], c["ep"], c["etp"]
+    if lim.num_experts % ep:
+        out.append(_violation("ep_experts", f"EP={ep} does not divide num_experts={lim.num_experts}"))
+    if lim.expert_ffn % etp:
+        out.append(_violation("etp_moe_ffn", f"ETP={etp} does not divide moe_ffn_hidden_size={lim.expert_ffn}"))
+    if etp > lim.max_tp:
+        out.append(_violation("etp_node", f"ETP={etp} exceeds {lim.gpus_per_node} GPUs per node"))
+    if lim.moe_bias and etp != 1:
+        out.append(_violation("etp_moe_bias", f"ETP={etp} with add_bias_linear: megatron-core supports bias "
+                              "in MoE only at ETP=1 (transformer_config.py: \"Bias in Moe is only supported "
+                              "when ETP==1\")"))
+    if ep > 1 and tp > 1 and not c["sequence_parallel"]:
+        out.append(_violation("ep_tp_needs_sp", f"EP={ep} with TP={tp} needs sequence parallelism "
+                              "(megatron-core moe_layer.py refuses it in training)"))
+
+
+@by_identity(maxsize=4096)
+def _decoders(stages: tuple[Stage, ...]) -> int:
+    """Decoder layers a split builds, once per stages object (the split cache shares them across layouts)."""
+    return sum(s.decoders for s in stages)
+
+
+def _split_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """The layer split Megatron accepts (`oracle.pipeline_split`), and GBS in whole micro-batches per DP rank."""
     if facts.split_error is not None:
         out.append(_violation(facts.split_error.code, facts.split_error.message))
-    elif sum(s.decoders for s in facts.stages) != lim.num_layers:
-        out.append(_violation("split_decoders", f"the split builds {sum(s.decoders for s in facts.stages)} decoder "
+    elif _decoders(facts.stages) != lim.num_layers:
+        out.append(_violation("split_decoders", f"the split builds {_decoders(facts.stages)} decoder "
                               f"layers, num_layers is {lim.num_layers}"))
-    m = facts.microbatches
-    if dp and not m:
-        out.append(_violation("gbs_mbs_dp", f"global batch {c['gbs']} is not divisible by MBS*DP = {c['mbs']}*{dp}"))
-    _pipeline_rules(c, facts, out)
-    _feature_rules(lim, c, facts, out)
-    _legacy_grouped_gemm_rules(lim, c, out)
-    return out
+    if facts.dp and not facts.microbatches:
+        out.append(_violation("gbs_mbs_dp", f"global batch {c['gbs']} is not divisible by MBS*DP = "
+                              f"{c['mbs']}*{facts.dp}"))
 
 
-def _legacy_grouped_gemm_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
+def _legacy_grouped_gemm_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
     """What megatron-core's legacy GroupedMLP (`moe_grouped_gemm` with `moe_use_legacy_grouped_gemm`) refuses:
     bias and moe_act recompute under FP8 (megatron-core 0.16.1 transformer/moe/experts.py GroupedMLP.__init__),
     and Primus-Turbo's grouped GEMM, which sync-free stages 2-3 need (Primus fd1eeab
@@ -217,7 +247,9 @@ def _legacy_grouped_gemm_rules(lim: _Limits, c: dict, out: list[Violation]) -> N
                               "rocm_arg_validation.py); set moe_use_legacy_grouped_gemm false"))
 
 
-def _pipeline_rules(c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+def _pipeline_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """The schedules' rules: interleaving's VPP and micro-batch groups (schedules.py), zero-bubble's PP, VPP and
+    no recompute (Primus's zero-bubble patches)."""
     pp, vpp, schedule, m = c["pp"], c["vpp"], c["pp_schedule"], facts.microbatches
     if schedule == "interleaved":
         if vpp == 1:
@@ -240,40 +272,61 @@ def _pipeline_rules(c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
         out.append(_violation("zbv_vpp", f"ZBV needs VPP=2, got {vpp}"))
 
 
-def _overlap_rules(lim: _Limits, c: dict, out: list[Violation]) -> None:
-    """overlap_moe_expert_parallel_comm and CUDA graphs (megatron-core transformer_config.py
-    `__post_init__`: graphs allow full recompute only as one full-iteration graph) and tp_comm_overlap
-    (Megatron-LM arguments.py: it needs sequence parallelism; Primus's ROCm port skips FP8 with its
-    default reduce-scatter overlaps, te_patches/tp_overlap_patches.py)."""
-    if c["cuda_graph_impl"] != "none" and c["recompute_granularity"] == "full" and not (
+def _overlap_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """CUDA graphs, EP and TP overlap: their rules, when any of them is on (most points have none)."""
+    if c["overlap_moe_expert_parallel_comm"] or c["tp_comm_overlap"] or c["cuda_graph_impl"] != "none":
+        _graph_rules(lim, c, facts, out)
+        _ep_overlap_rules(lim, c, facts, out)
+        _tp_overlap_rules(lim, c, facts, out)
+
+
+def _graph_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """CUDA graphs allow full recompute only as one full-iteration graph (megatron-core transformer_config.py
+    `__post_init__`)."""
+    if c["cuda_graph_impl"] != "none" and facts.recompute.full and not (
             c["cuda_graph_impl"] == "local" and "full_iteration" in (c["cuda_graph_scope"] or ())):
         out.append(_violation("cuda_graph_recompute", "CUDA graphs allow full recompute only with a local "
                               "full-iteration graph (cuda_graph_scope full_iteration)"))
-    if c["overlap_moe_expert_parallel_comm"]:
-        if not (lim.is_moe and c["ep"] > 1):
-            out.append(_violation("ep_overlap_ep", "EP all-to-all overlap needs a MoE model with EP>1"))
-        if c["moe_token_dispatcher_type"] == "allgather":
-            out.append(_violation("ep_overlap_dispatcher",
-                                  "EP all-to-all overlap needs the alltoall or flex dispatcher"))
-        if c["pp"] > 1 and c["vpp"] == 1:
-            out.append(_violation("ep_overlap_vpp", "EP all-to-all overlap with PP>1 needs virtual pipeline stages"))
-        elif c["pp"] > 1 and c["pp_schedule"] != "interleaved":
-            out.append(_violation("ep_overlap_schedule", "EP all-to-all overlap with PP>1 runs in Megatron's "
-                                  "interleaved schedule (combined_1f1b.py), not under zero-bubble"))
-        if c["recompute_granularity"] == "full" or "moe" in (c["recompute_modules"] or ()):
-            out.append(_violation("ep_overlap_recompute", "EP all-to-all overlap excludes full recompute and the "
-                                  "moe recompute module"))
-        if lim.mtp > 1:
-            out.append(_violation("ep_overlap_mtp", "EP all-to-all overlap supports at most one MTP layer"))
-    if c["tp_comm_overlap"]:
-        if not (c["tp"] > 1 and c["sequence_parallel"]):
-            out.append(_violation("tp_overlap_sp", "tp_comm_overlap needs TP>1 with sequence parallelism"))
-        if lim.amd and c["fp8"]:
-            out.append(_violation("tp_overlap_fp8_rocm", "Primus's ROCm tp_comm_overlap does not run under FP8 "
-                                  "with its default reduce-scatter overlaps"))
 
 
-def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+def _ep_overlap_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """overlap_moe_expert_parallel_comm (megatron-core transformer_config.py `__post_init__`; under PP it runs
+    in the interleaved schedule's combined 1F1B)."""
+    if not c["overlap_moe_expert_parallel_comm"]:
+        return
+    if not (lim.is_moe and c["ep"] > 1):
+        out.append(_violation("ep_overlap_ep", "EP all-to-all overlap needs a MoE model with EP>1"))
+    if facts.dispatch == ALLGATHER:
+        out.append(_violation("ep_overlap_dispatcher",
+                              "EP all-to-all overlap needs the alltoall or flex dispatcher"))
+    if c["pp"] > 1 and c["vpp"] == 1:
+        out.append(_violation("ep_overlap_vpp", "EP all-to-all overlap with PP>1 needs virtual pipeline stages"))
+    elif c["pp"] > 1 and c["pp_schedule"] != "interleaved":
+        out.append(_violation("ep_overlap_schedule", "EP all-to-all overlap with PP>1 runs in Megatron's "
+                              "interleaved schedule (combined_1f1b.py), not under zero-bubble"))
+    if facts.recompute.full or "moe" in facts.recompute.modules:
+        out.append(_violation("ep_overlap_recompute", "EP all-to-all overlap excludes full recompute and the "
+                              "moe recompute module"))
+    if lim.mtp > 1:
+        out.append(_violation("ep_overlap_mtp", "EP all-to-all overlap supports at most one MTP layer"))
+
+
+def _tp_overlap_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """tp_comm_overlap needs sequence parallelism (Megatron-LM arguments.py); Primus's ROCm port skips FP8 with
+    its default reduce-scatter overlaps (te_patches/tp_overlap_patches.py)."""
+    if not c["tp_comm_overlap"]:
+        return
+    if not (c["tp"] > 1 and c["sequence_parallel"]):
+        out.append(_violation("tp_overlap_sp", "tp_comm_overlap needs TP>1 with sequence parallelism"))
+    if lim.amd and c["fp8"]:
+        out.append(_violation("tp_overlap_fp8_rocm", "Primus's ROCm tp_comm_overlap does not run under FP8 "
+                              "with its default reduce-scatter overlaps"))
+
+
+def _optimizer_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """DP sharding and the optimizer: torch FSDP2 needs PP = EP = 1 and excludes the distributed optimizer and
+    Megatron-FSDP (Megatron-LM arguments.py); the precision-aware optimizer and optimizer CPU offload need the
+    distributed optimizer, and other state dtypes need the precision-aware one (optimizer_config.py)."""
     torch_fsdp = c["use_torch_fsdp2"]
     if torch_fsdp and c["use_distributed_optimizer"]:
         out.append(_violation("fsdp_distopt", "torch FSDP2 excludes the distributed optimizer"))
@@ -293,20 +346,29 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
                               "fp32 need use_precision_aware_optimizer"))
     if c["optimizer_cpu_offload"] and not c["use_distributed_optimizer"]:
         out.append(_violation("offload_distopt", "optimizer CPU offload needs the distributed optimizer"))
-    modules = c["recompute_modules"] or ()
+
+
+def _recompute_module_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """Selective-recompute modules the layout can run (megatron-core transformer_config.py)."""
+    modules = facts.recompute.modules
     if "moe_act" in modules and not c["moe_grouped_gemm"]:
         out.append(_violation("recompute_moe_act", "recompute module moe_act needs moe_grouped_gemm"))
-    if c["fp8"] and c["fp8_recipe"] == "delayed" and c["recompute_granularity"] == "selective" and (
-            "moe_act" in modules or "layernorm" in modules):
+    if c["fp8"] and c["fp8_recipe"] == "delayed" and ("moe_act" in modules or "layernorm" in modules):
         out.append(_violation("recompute_fp8_delayed", "FP8 delayed scaling does not support the moe_act and "
                               "layernorm recompute modules (megatron-core transformer_config.py)"))
     if "mla_up_proj" in modules and not lim.mla:
         out.append(_violation("recompute_mla_up_proj", "recompute module mla_up_proj needs multi-latent attention"))
+
+
+def _dispatch_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """The MoE dispatch backend (`LayoutFacts.dispatch`) and Primus's sync-free stages: the flex dispatcher
+    needs ETP*EP > 1 and, on ROCm, is Primus-Turbo's DeepEP, whose EP sizes are its buffer configs'."""
     moe_ep = lim.is_moe and c["ep"] > 1
-    if lim.is_moe and c["moe_token_dispatcher_type"] == "flex" and c["etp"] * c["ep"] == 1:
+    turbo = facts.dispatch == TURBO_DEEPEP
+    if lim.is_moe and facts.dispatch in FLEX_BACKENDS and c["etp"] * c["ep"] == 1:
         out.append(_violation("flex_tp_ep", "the flex token dispatcher requires ETP*EP > 1 (megatron-core "
                               "token_dispatcher.py MoEFlexTokenDispatcher)"))
-    if c["use_turbo_deepep"] and not moe_ep:
+    if turbo and not moe_ep:
         out.append(_violation("deepep_moe", "DeepEP needs a MoE model with EP>1"))
     stage = c["sync_free_stage"]
     if stage > MAX_SYNC_FREE_STAGE:
@@ -316,28 +378,34 @@ def _feature_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violatio
     elif stage >= 2 and c["etp"] != 1:
         out.append(_violation("sync_free_etp", "sync-free stages 2-3 run Primus-Turbo grouped GEMMs, which need "
                               "ETP=1 (Primus primus_turbo.py PrimusTurboGroupedLinear)"))
-    if c["use_turbo_deepep"] and moe_ep and c["etp"] * c["ep"] not in TURBO_DEEPEP_RANKS:
+    if turbo and moe_ep and c["etp"] * c["ep"] not in TURBO_DEEPEP_RANKS:
         out.append(_violation("turbo_deepep_ranks", f"Primus-Turbo DeepEP runs on ETP*EP in "
                               f"{sorted(TURBO_DEEPEP_RANKS)} ranks, got {c['etp'] * c['ep']} "
                               "(primus_turbo deep_ep/buffer.py)"))
-    if lim.amd and c["moe_token_dispatcher_type"] == "flex" and not c["use_turbo_deepep"]:
+    if lim.amd and facts.dispatch in (DEEPEP, HYBRIDEP):
         out.append(_violation("flex_rocm", "Megatron's flex dispatcher backends (DeepEP, HybridEP) are CUDA "
                               "libraries; on ROCm the flex path is Primus-Turbo's DeepEP (use_turbo_deepep)"))
-    if c["overlap_moe_expert_parallel_comm"] or c["tp_comm_overlap"] or c["cuda_graph_impl"] != "none":
-        _overlap_rules(lim, c, out)
+
+
+def _precision_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
     if c["fp8"] and not lim.has_fp8:
         out.append(_violation("fp8_gpu", f"{lim.gpu_name} has no FP8 tensor cores"))
+
+
+def _recompute_layer_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """Which layers full recompute takes: Primus's recompute_layer_ids (validate_specified_recompute_layers,
+    recompute_layer_patches.py @fd1eeab) and recompute_num_layers within a chunk."""
     ids = c["recompute_layer_ids"]
-    if ids:  # Primus validate_specified_recompute_layers (recompute_layer_patches.py @fd1eeab)
+    if ids:
         top = lim.num_layers + lim.mtp - 1
-        if c["recompute_granularity"] != "full":
+        if not facts.recompute.full:
             out.append(_violation("recompute_layer_ids_full", "recompute_layer_ids needs recompute_granularity full "
                                   f"(Primus recompute_layer_patches.py), got {c['recompute_granularity']}"))
         if ids[-1] > top:
             out.append(_violation("recompute_layer_ids_range", f"recompute layer id {ids[-1]} is past the last "
                                   f"layer {top} (decoder layers, then MTP depths; Primus recompute_layer_patches.py)"))
     n_rec = c["recompute_num_layers"]
-    if n_rec and c["recompute_granularity"] == "full" and facts.split_error is None:
+    if n_rec and facts.recompute.full and facts.split_error is None:
         per_chunk = max(s.decoders for s in facts.stages)
         if n_rec > per_chunk:
             out.append(_violation("recompute_num_layers", f"recompute_num_layers={n_rec} exceeds the "

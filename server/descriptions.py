@@ -1,10 +1,28 @@
 """What the assistant reads besides each tool's docstring (its description): the server's instructions, and
 each tool's title and behaviour hints."""
 
-INSTRUCTIONS = """\
+# The knob groups the instructions name, each with the registry knobs (oracle/specs/knobs.py) it stands for;
+# tests/test_knob_registry.py checks every searched knob (`Knob.axis`) is in a group and every name is a knob.
+KNOB_GROUPS: dict[str, tuple[str, ...]] = {
+    "TP": ("tp",),
+    "PP": ("pp",),
+    "EP": ("ep", "etp"),
+    "CP": ("cp",),
+    "VPP": ("vpp",),
+    "pipeline split": ("pp_layout", "pp_first_layers", "pp_last_layers", "pp_embedding_in_split", "pp_loss_in_split"),
+    "micro-batch": ("mbs",),
+    "recompute": ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules"),
+    "FP8": ("fp8",),
+    "pipeline schedule": ("pp_schedule",),
+    "optimizer sharding": ("use_distributed_optimizer", "use_torch_fsdp2", "use_megatron_fsdp"),
+    "MoE dispatcher": ("moe_token_dispatcher_type", "moe_flex_dispatcher_backend", "use_turbo_deepep"),
+    "sync-free MoE stages": ("sync_free_stage",),
+    "TP/EP communication overlap": ("tp_comm_overlap", "overlap_moe_expert_parallel_comm"),
+}
+
+INSTRUCTIONS = f"""\
 paratune projects per-GPU memory and training throughput (tokens/s/GPU) of Megatron-style LLM
-training layouts (TP, PP, EP, CP, VPP, micro-batch, recompute, FP8, pipeline schedule, optimizer
-sharding, MoE dispatcher, TP/EP communication overlap) on a target cluster running Primus, Megatron-LM
+training layouts ({", ".join(KNOB_GROUPS)}) on a target cluster running Primus, Megatron-LM
 or Megatron-Bridge, and records every trial in a ledger. The cluster's stack and the user's search
 constraints (pinned knobs, allowed values, the workload's precision) bind every tool: a proposal that
 breaks one comes back illegal with the constraint's code.

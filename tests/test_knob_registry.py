@@ -27,6 +27,7 @@ from paratune.oracle.constraints import ACTS_UNDER, search_rules
 from paratune.oracle.inputs.cluster_file import load_cluster
 from paratune.oracle.inputs.workload_file import load_workload
 from paratune.oracle.knob_bounds import PARALLEL_SIZES
+from paratune.oracle.layout import DISPATCH_KNOBS
 from paratune.oracle.legality import LegalAxes
 from paratune.oracle.specs import EffectiveConfig, TrainingArgs, TrialConfig
 from paratune.oracle.specs.knobs import (
@@ -43,6 +44,7 @@ from paratune.planner.launch.megatron_lm import layout_flags
 from paratune.planner.search import space
 from paratune.planner.search.explanation import UNITS
 from paratune.planner.search.pick import EXOTIC
+from paratune.server.descriptions import INSTRUCTIONS, KNOB_GROUPS
 
 from .conftest import ROOT
 from .test_server_common import in_process, portal_client, small_inputs
@@ -195,10 +197,10 @@ def test_the_written_out_knob_lists_agree_with_the_registry():
 
 
 def test_the_search_and_bounds_name_only_registry_knobs():
-    """The knob names the search, the constraints, the bounds, the explanation's units and the pick's list of
-    stack-specific knobs write out are registry knobs."""
+    """The knob names the search (its dispatch options among them), the constraints, the bounds, the
+    explanation's units and the pick's list of stack-specific knobs write out are registry knobs."""
     names = set(KNOB_SPECS)
-    options = (space.ALLGATHER, space.ALLTOALL, space.FLEX_DEEPEP, space.FLEX_HYBRIDEP, space.TURBO_DEEPEP)
+    options = DISPATCH_KNOBS.values()
     written = (set(space.NATIVE_CONSTRAINTS) | {k for o in options for k in o} | set(PARALLEL_SIZES)
                | set(ACTS_UNDER) | {parent for parent, _ in ACTS_UNDER.values()} | set(EXOTIC)
                | {k for unit in UNITS for k in unit})
@@ -254,3 +256,14 @@ def test_a_new_knob_is_one_declaration(monkeypatch, tmp_path):
     assert "new_knob: dest new_training_arg is not a TrainingArgs field" in found
     assert "new_knob: --new-flag is not a Megatron-LM argument" in found
     assert any(p.startswith("new_knob: docs/knobs.md lacks its row") for p in found)
+
+
+def test_the_mcp_instructions_name_a_group_for_every_searched_knob():
+    """The server's instructions list KNOB_GROUPS' names; each group names registry knobs, no knob is in two,
+    and every knob the search enumerates (`Knob.axis`: a LegalAxes field) is in one, so a new searched knob
+    fails here until the instructions name it."""
+    grouped = [k for knobs in KNOB_GROUPS.values() for k in knobs]
+    assert set(grouped) - set(KNOB_SPECS) == set()
+    assert len(grouped) == len(set(grouped))
+    assert {k.name for k in KNOBS if k.axis} - set(grouped) == set()
+    assert f"({', '.join(KNOB_GROUPS)})" in " ".join(INSTRUCTIONS.split())

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..identity_cache import by_identity
-from ..layout import layout_facts
+from ..layout import ALLGATHER, FLEX_BACKENDS, layout_facts
 from ..model_shape import model_shape
 from ..param_count import edge_params, layer_params
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
@@ -117,14 +117,13 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[
     # Data-parallel sizes; an illegal layout has none (0): treat it as 1.
     dp, edp = facts.dp_or_1, facts.edp_or_1
     # EP all-to-all overlap runs one more warm-up forward under interleaving (schedules.py)
-    extra = int(c["overlap_moe_expert_parallel_comm"] and vpp > 1 and pp > 1)
+    extra = int(facts.overlaps.ep and vpp > 1 and pp > 1)
     nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, facts.microbatches_or_1, extra)
 
     dense_l, moe_l = layer_params(g, tp, etp, ep)
     edge = edge_params(g, tp, etp, ep, pp > 1, c["seq_length"])
     acts = layer_acts(g, tp, sp, c["use_flash_attn"], rec.modules, c["seq_length"], etp, fp8)
     eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
-    full = rec.full
     plans = device_plans(g, facts.chunks, pp, vpp, c["pp_schedule"], nmb, rec, extra)
     tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
 
@@ -134,16 +133,15 @@ def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[
     # 6 + 12/DP of theoretical_memory_usage.py assumes CP = 1) and expert-DP for expert parameters.
     # Torch FSDP2 shards weights, gradients and optimizer state over the same groups; Megatron-FSDP
     # shards what its data_parallel_sharding_strategy names (optim, optim_grads, optim_grads_params).
-    w_sharded, g_sharded, o_sharded = map(float, _sharding(c))  # flags 0.0 / 1.0, as `_terms` multiplies
+    w_sharded, g_sharded, o_sharded = map(float, facts.sharding)  # flags 0.0 / 1.0, as `_terms` multiplies
     # FP8 primary weights: the linear weights have no bf16 copy, only the FP8 one (state_bytes.py).
     fp8_primary = float(fp8 and c["fp8_param_gather"])
 
-    deepep_on = c["use_turbo_deepep"] or c["moe_token_dispatcher_type"] == "flex"
+    deepep_on = facts.dispatch in FLEX_BACKENDS  # the flex dispatcher's buffers (DeepEP, HybridEP, Turbo DeepEP)
     comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on,
-                                             c["moe_token_dispatcher_type"] == "allgather")
+                                             facts.dispatch == ALLGATHER)
     deepep = deepep_buffers(g, ep, etp, gpn) if deepep_on else 0.0
-    # Primus recompute_layer_ids address MTP depth d as num_layers + d (recompute_layer_patches.py)
-    mtp_full = full and (not rec.layer_ids or max(rec.layer_ids) >= model.num_layers)
+    mtp_full = rec.recomputes_mtp(model.num_layers)
     mtp_body = (acts.layer_input if mtp_full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra
     graph_impl = c["cuda_graph_impl"]
     graph_token = graph_sample = 0.0
@@ -269,14 +267,3 @@ def _estimate(t: Sequence[float], p: Sequence[float], r: Sequence[float]) -> Mem
         "mem_params_embedding_count": t[18],
     }
     return MemoryEstimate(t[0] / GIB, t[1] / GIB, t[2] / GIB, breakdown)
-
-
-def _sharding(c: dict) -> tuple[bool, bool, bool]:
-    """Whether (weights, gradients, optimizer state) are sharded over the data-parallel groups."""
-    if c["use_torch_fsdp2"]:
-        return True, True, True
-    if c["use_megatron_fsdp"]:
-        strategy = c["data_parallel_sharding_strategy"]
-        return (strategy == "optim_grads_params", strategy in ("optim_grads", "optim_grads_params"),
-                strategy != "no_shard")
-    return False, False, c["use_distributed_optimizer"]

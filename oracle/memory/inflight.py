@@ -32,8 +32,7 @@ def candidate_devices(g: ModelShape, all_chunks: tuple[StageLayers, ...], pp: in
     for i in range(pp):
         held = tuple(all_chunks[c] for c in device_chunk_ids(i, pp, vpp, zbv) if c < len(all_chunks))
         sig = tuple(
-            (g.pattern[c.start : c.start + int(c.layers)] if c.start >= 0 else (c.dense, c.moe), c.has_embedding,
-             c.has_output, c.has_mtp)
+            (g.pattern[c.start : c.start + c.layers], c.has_embedding, c.has_output, c.has_mtp)
             for c in held
         )
         if sig not in seen:
@@ -116,31 +115,6 @@ class DevicePlan:
     inflight: float  # layer-weighted micro-batches in flight
 
 
-def _recompute_split(g: ModelShape, ch: StageLayers, rec: RecomputePlan
-                     ) -> tuple[float, float, float, float, float]:
-    """(whole dense, whole moe, input-only dense, input-only moe, layers recomputed together)."""
-    method, n_rec = rec.method, rec.layers if rec.full else 0
-    if n_rec <= 0:
-        return ch.dense, ch.moe, 0.0, 0.0, 0.0
-    layers = ch.layers
-    if not layers:
-        return 0.0, 0.0, 0.0, 0.0, 0.0
-    if rec.layer_ids:  # Primus recompute_layer_ids: the listed layers keep only their input, each alone
-        redo = rec.recomputed(g.pattern, ch.start, int(layers))
-        k_moe = float(sum(redo))
-        k_dense = len(redo) - k_moe
-        return ch.dense - k_dense, ch.moe - k_moe, k_dense, k_moe, 1.0 if redo else 0.0
-    if method == "block":
-        # Megatron "block": the first n_rec layers of each chunk keep only their input.
-        k = min(n_rec, int(layers))
-        k_moe = float(sum(g.pattern[ch.start : ch.start + k])) if ch.start >= 0 else k * ch.moe / layers
-        k_dense = k - k_moe
-        return ch.dense - k_dense, ch.moe - k_moe, k_dense, k_moe, 1.0 if k else 0.0
-    # "uniform": every layer recomputed, in groups of n_rec; one input stored per group.
-    groups = float(-(-int(layers) // n_rec)) if layers == int(layers) else layers / n_rec
-    return 0.0, 0.0, groups * ch.dense / layers, groups * ch.moe / layers, float(min(n_rec, layers))
-
-
 @lru_cache(maxsize=16384)
 def device_plans(
     g: ModelShape, all_chunks: tuple[StageLayers, ...], pp: int, vpp: int, schedule: str, nmb: int,
@@ -156,13 +130,13 @@ def device_plans(
         for ch, n in zip(held, counts):
             dense += ch.dense
             moe += ch.moe
-            wd, wm, idd, im, grp = _recompute_split(g, ch, rec)
-            d_full += n * wd
-            m_full += n * wm
-            d_in += n * idd
-            m_in += n * im
-            if grp:
-                groups.add((grp, ch.dense > 0, ch.moe > 0))
+            redo = rec.chunk(g.pattern, ch.start, ch.layers)  # recomputed layers keep only their inputs
+            d_full += n * (ch.dense - redo.dense)
+            m_full += n * (ch.moe - redo.moe)
+            d_in += n * redo.dense_inputs
+            m_in += n * redo.moe_inputs
+            if redo.group:
+                groups.add((float(redo.group), ch.dense > 0, ch.moe > 0))
             layer_mbs += n * ch.layers
             if ch.has_embedding:
                 emb_mb = n

@@ -26,12 +26,11 @@ from functools import lru_cache
 from itertools import product
 from typing import NamedTuple
 
-from ..layout import layout_facts
+from ..layout import DISPATCH_BACKENDS, layout_facts
 from ..model_shape import model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .calibration import Constants, constants
 from .context import Ctx
-from .ep_bandwidth import DISPATCH_BACKENDS
 from .pipeline import (
     Block,
     Pipeline,
@@ -59,7 +58,7 @@ class KnobVariants:
     for each of its points."""
 
     fp8: tuple[bool, ...] = (False, True)
-    dispatch: tuple[str, ...] = DISPATCH_BACKENDS  # `ep_bandwidth.dispatch_backend` values
+    dispatch: tuple[str, ...] = DISPATCH_BACKENDS  # `LayoutFacts.dispatch` values
     tp_overlap: tuple[bool, ...] = (False, True)
     ep_overlap: tuple[bool, ...] = (False, True)
 
@@ -117,9 +116,9 @@ def _parts(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts:
     """The fastest blocks' stage times and each rank's weights of one layout (module doc)."""
     facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
-    if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
-        cfg = cfg.model_copy(update={"use_torch_fsdp2": False, "use_megatron_fsdp": False})
     ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
+    if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
+        ctx = replace(ctx, fsdp=0, fsdp_expert=0)
     parts = _fastest_blocks(ctx, pl.p > 1, variants) if any_knobs else blocks(ctx, pl.p > 1)
     stages = chunks(model, facts, recompute=False)  # recompute only adds work: the bound leaves it out
     f, b, w = stage_times(stages, parts, ())

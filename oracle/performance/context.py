@@ -28,7 +28,7 @@ class Ctx:
     fp8: bool
     flash: bool
     ce_fusion: bool
-    dispatch: str  # MoE dispatch backend (`ep_bandwidth.dispatch_backend`): allgather, alltoall, deepep, ...
+    dispatch: str  # MoE dispatch backend (`LayoutFacts.dispatch`): allgather, alltoall, deepep, ...
     grouped_gemm: bool  # one grouped launch for the local experts' GEMMs (else one GEMM each)
     legacy_grouped: bool  # the legacy GroupedMLP (`moe_use_legacy_grouped_gemm`): BF16 GEMMs, one activation
     permute_fusion: bool  # moe_permute_fusion: TE's fused permute/unpermute kernels

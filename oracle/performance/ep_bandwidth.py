@@ -12,26 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..specs import EffectiveConfig, GPUSpec
+from ..layout import ALLGATHER, ALLTOALL, FLEX_BACKENDS, HYBRIDEP, TURBO_DEEPEP
+from ..specs import GPUSpec
 
-# Dispatch backends (the decoded dispatcher knobs: megatron-core moe_token_dispatcher_type, its flex
-# backend, Primus-Turbo's DeepEP).
-ALLGATHER, ALLTOALL, DEEPEP, HYBRIDEP, TURBO_DEEPEP = "allgather", "alltoall", "deepep", "hybridep", "turbo_deepep"
-DISPATCH_BACKENDS = (ALLGATHER, ALLTOALL, DEEPEP, HYBRIDEP, TURBO_DEEPEP)
-DEDUP_BACKENDS = frozenset({DEEPEP, HYBRIDEP, TURBO_DEEPEP})  # one copy per destination rank, not per expert
-
-
-def backend_of(dispatcher: str, flex_backend: str, turbo_deepep: bool) -> str:
-    """The backend that moves tokens for these dispatcher knobs: Primus-Turbo's DeepEP, the flex
-    dispatcher's backend, or the all-to-all / allgather dispatcher."""
-    if turbo_deepep:
-        return TURBO_DEEPEP
-    return flex_backend if dispatcher == "flex" else dispatcher
-
-
-def dispatch_backend(cfg: EffectiveConfig) -> str:
-    """A layout's dispatch backend (`backend_of` its knobs)."""
-    return backend_of(cfg.moe_token_dispatcher_type, cfg.moe_flex_dispatcher_backend, cfg.use_turbo_deepep)
+# The flex dispatcher's kernels (DeepEP, HybridEP, Primus-Turbo's DeepEP) send one copy per destination rank,
+# not per expert.
+DEDUP_BACKENDS = FLEX_BACKENDS
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..layout import LayoutFacts, RecomputePlan, StageLayers, layout_facts
+from ..layout import LayoutFacts, RecomputePlan, Sharding, StageLayers, layout_facts
 from ..memory.state_bytes import grad_bytes
 from ..model_shape import ModelShape, model_shape
 from ..param_count import edge_params, layer_params
@@ -22,7 +22,6 @@ from .calibration import Constants, constants
 from .comm import Net
 from .constants import ADAM_BYTES_PER_PARAM, BF16_BYTES, E_BYTES
 from .context import Ctx
-from .ep_bandwidth import dispatch_backend
 from .host_issue import captured
 from .layers import embedding, mtp_module, output_head, transformer_layer
 from .schedule import rank_end_times, rank_end_times_many, rank_of, timeline_inputs, virtual_stages
@@ -54,8 +53,8 @@ class Chunk:
 def _chunks(stages: tuple[StageLayers, ...], pattern: tuple[int, ...], rec: RecomputePlan) -> tuple[Chunk, ...]:
     out = []
     for st in stages:
-        redo = rec.recomputed(pattern, st.start, st.layers)
-        out.append(Chunk(st.dense, st.moe, len(redo) - sum(redo), sum(redo), st.has_embedding, st.has_output))
+        redo = rec.chunk(pattern, st.start, st.layers)
+        out.append(Chunk(st.dense, st.moe, redo.dense, redo.moe, st.has_embedding, st.has_output))
     return tuple(out)
 
 
@@ -64,23 +63,16 @@ _NO_RECOMPUTE = RecomputePlan(False, None, 0, ())
 
 def chunks(model: ModelArch, facts: LayoutFacts, *, recompute: bool = True) -> tuple[Chunk, ...]:
     """The virtual stages of a layout (the layout facts' stages) with its full-recompute plan applied
-    (`RecomputePlan.recomputed`: uniform every layer, block the first `recompute_num_layers` of each chunk,
+    (`RecomputePlan.chunk`: uniform every layer, block the first `recompute_num_layers` of each chunk,
     Primus's recompute_layer_ids the listed ones), or without
     any recompute (`recompute=False`: the search's lower bound)."""
     return _chunks(facts.chunks, model.moe_layer_pattern, facts.recompute if recompute else _NO_RECOMPUTE)
 
 
-def shards_weights(cfg: EffectiveConfig) -> bool:
-    """Whether the weights are sharded and gathered per layer: torch FSDP2, or Megatron-FSDP with
-    `optim_grads_params` (ZeRO-3; megatron-core distributed_data_parallel_config.py)."""
-    return cfg.use_torch_fsdp2 or (cfg.use_megatron_fsdp
-                                   and cfg.data_parallel_sharding_strategy == "optim_grads_params")
-
-
 def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, facts: LayoutFacts) -> Ctx:
     """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute); DP, expert-DP,
     SP and tokens per rank come from the layout facts, derived once (`oracle/layout.py`)."""
-    sharded = shards_weights(cfg)
+    sharded = facts.sharding.weights  # gathered per layer: torch FSDP2, or Megatron-FSDP's optim_grads_params
     dp, edp = facts.dp_or_1, facts.edp_or_1
     legacy = cfg.moe_grouped_gemm and cfg.moe_use_legacy_grouped_gemm
     # the legacy GroupedMLP runs one CUTLASS grouped GEMM on NVIDIA, and one hipBLASLt GEMM per local expert
@@ -90,11 +82,10 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
         shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
         ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
-        dispatch=dispatch_backend(cfg), grouped_gemm=not per_expert, legacy_grouped=legacy,
-        permute_fusion=cfg.moe_permute_fusion,
-        shared_overlap=cfg.moe_shared_expert_overlap and cfg.moe_token_dispatcher_type == "alltoall",
+        dispatch=facts.dispatch, grouped_gemm=not per_expert, legacy_grouped=legacy,
+        permute_fusion=cfg.moe_permute_fusion, shared_overlap=facts.overlaps.shared_experts,
         sync_free=cfg.sync_free_stage > 0, graphed=captured(cfg.cuda_graph_impl, cfg.cuda_graph_scope),
-        tp_overlap=cfg.tp_comm_overlap and cfg.tp > 1, ep_overlap=cfg.overlap_moe_expert_parallel_comm and cfg.ep > 1,
+        tp_overlap=facts.overlaps.tp, ep_overlap=facts.overlaps.ep,
         fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg),
         gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node, c=c,
     )
@@ -162,7 +153,8 @@ def blocks(ctx: Ctx, piped: bool) -> tuple[Block, Block, Block, Block]:
 
 @dataclass(frozen=True)
 class Pipeline:
-    """A layout's data-parallel sizes, micro-batches and pipeline shape (v chunks per rank, V stages)."""
+    """A layout's data-parallel sizes and sharding, micro-batches and pipeline shape (v chunks per rank, V
+    stages)."""
 
     dp: int
     edp: int
@@ -171,12 +163,14 @@ class Pipeline:
     p: int
     v: int
     V: int
+    sharding: Sharding
+    grad_overlap: bool  # overlap_grad_reduce
 
     @classmethod
     def of(cls, facts: LayoutFacts, cfg: EffectiveConfig) -> Pipeline:
         schedule, p, v = cfg.pp_schedule, cfg.pp, facts.vpp
         return cls(facts.dp_or_1, facts.edp_or_1, facts.microbatches_or_1, schedule, p, v,
-                   virtual_stages(schedule, p, v))
+                   virtual_stages(schedule, p, v), facts.sharding, facts.overlaps.grad_reduce)
 
 
 def recompute_indices(facts: LayoutFacts) -> tuple[int, ...]:
@@ -280,8 +274,8 @@ def dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float
                      fwd: float, bwd: float) -> tuple[float, float]:
     """(exposed data-parallel communication, optimizer step) of one rank, ms per iteration.
 
-    Gradients (FP32, or BF16 with grad_reduce_in_fp32 off) are reduce-scattered (distributed optimizer)
-    or all-reduced over DP·CP for dense weights and expert-DP for expert weights; with
+    Gradients (FP32, or BF16 with grad_reduce_in_fp32 off) are reduce-scattered (optimizer state sharded,
+    `LayoutFacts.sharding`) or all-reduced over DP·CP for dense weights and expert-DP for expert weights; with
     overlap_grad_reduce the buckets go out during the last micro-batch's backward and only what that
     backward cannot cover (at least the last bucket) is exposed; the hidden part still costs
     `overlap_cost` of its time. The distributed optimizer all-gathers BF16 weights, hidden likewise
@@ -291,14 +285,13 @@ def dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float
     dgroup, egroup = pl.dp * cfg.cp, pl.edp
     if ctx.fsdp:
         return 0.0, optimizer_ms(ctx, dense, expert, pl, sharded=True)
-    distopt = cfg.use_distributed_optimizer or (cfg.use_megatron_fsdp
-                                                and cfg.data_parallel_sharding_strategy != "no_shard")
+    distopt = pl.sharding.optimizer
     collective = net.reduce_scatter if distopt else net.all_reduce
     g = ctx.grad_bytes  # fp32 or bf16 gradient reduce
     grads = collective(dense * g, dgroup, cfg.tp) + collective(expert * g, egroup, ctx.etp * ctx.ep)
     params = (net.all_gather(dense * BF16_BYTES, dgroup, cfg.tp)
               + net.all_gather(expert * BF16_BYTES, egroup, ctx.etp * ctx.ep) if distopt else 0.0)
-    if cfg.overlap_grad_reduce:
+    if pl.grad_overlap:
         bucket = min(1.0, c.grad_bucket_params / max(1.0, dense + expert))
         exposed = max(bucket * grads, grads - bwd) + max(bucket * params, params - fwd)
         exposed += c.overlap_cost * (grads + params - exposed)

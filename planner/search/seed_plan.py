@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 from paratune.oracle.constraints import search_axes
 from paratune.oracle.evaluate import layout_violations
+from paratune.oracle.layout import ALLTOALL, DISPATCH_KNOBS, FLEX_BACKENDS
 from paratune.oracle.pipeline_split import candidate_splits
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, TrialConfig, Workload
 
-from .space import ALLTOALL, menu, split_knobs
+from .space import menu, split_knobs
 
 Candidate = tuple[str, TrialConfig]
 
@@ -38,11 +39,12 @@ def _tiers(workload: Workload, cluster: ClusterSpec, base: EffectiveConfig) -> I
     for rc in ("none", "selective", "full"):
         yield "recompute", TrialConfig(recompute_granularity=rc)
     m = menu(workload, cluster)
-    deepep = next((d for d in m.dispatchers if d["moe_token_dispatcher_type"] == "flex"), ALLTOALL)
+    alltoall = DISPATCH_KNOBS[ALLTOALL]
+    deepep = next((d for backend, d in m.dispatchers if backend in FLEX_BACKENDS), alltoall)
     if moe_ep:
-        for dispatch in m.dispatchers:
+        for _, dispatch in m.dispatchers:
             yield "moe_backend", TrialConfig(**dispatch)
-        for dispatch in (ALLTOALL, deepep):
+        for dispatch in (alltoall, deepep):
             yield "moe_backend", TrialConfig(**dispatch, overlap_moe_expert_parallel_comm=True)
     tp_overlap = base.tp > 1 and base.sequence_parallel and True in axes.tp_comm_overlap
     if tp_overlap:

@@ -35,21 +35,21 @@ from paratune.oracle.constraints import (
 )
 from paratune.oracle.evaluate import layout_violations
 from paratune.oracle.identity_cache import by_identity
-from paratune.oracle.layout import microbatch_count, replicas
+from paratune.oracle.layout import (
+    ALLGATHER,
+    ALLTOALL,
+    DEEPEP,
+    DISPATCH_KNOBS,
+    HYBRIDEP,
+    TURBO_DEEPEP,
+    microbatch_count,
+    replicas,
+)
 from paratune.oracle.legality import LegalAxes, validate
 from paratune.oracle.performance.bound import KnobVariants
-from paratune.oracle.performance.ep_bandwidth import backend_of
 from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits, split_outcome
 from paratune.oracle.specs import ClusterSpec, ModelArch, TrialConfig, Workload
 from paratune.oracle.specs.config import SPLIT_KNOBS, sequence_parallel_in_effect
-
-# MoE dispatch options, as the knobs that choose them.
-ALLGATHER = {"moe_token_dispatcher_type": "allgather", "use_turbo_deepep": False}
-ALLTOALL = {"moe_token_dispatcher_type": "alltoall", "use_turbo_deepep": False}
-FLEX_DEEPEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep", "use_turbo_deepep": False}
-FLEX_HYBRIDEP = {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep",
-                 "use_turbo_deepep": False}
-TURBO_DEEPEP = {"moe_token_dispatcher_type": "flex", "use_turbo_deepep": True}
 
 
 def _schedules(pp: int, vpp: int, microbatches: int) -> list[str]:
@@ -68,7 +68,7 @@ class Menu:
     recomputes: tuple[Recompute, ...]  # (granularity, selective modules)
     full_recompute: dict  # the user's pinned recompute_method / recompute_num_layers for full recompute
     fp8s: tuple[str, ...]
-    dispatchers: tuple[dict, ...]  # MoE dispatch options (EP > 1)
+    dispatchers: tuple[tuple[str, dict], ...]  # MoE dispatch options (EP > 1): (backend, the knobs that set it)
     plain_moe: dict  # the MoE knobs of a point without EP: dispatcher settings off, each as far as the rules allow
     ep_overlaps: tuple[bool, ...]
     tp_overlaps: tuple[bool, ...]
@@ -115,22 +115,25 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
     def ok(option: dict) -> bool:
         return all(allowed(rules, k, [v]) for k, v in option.items())
 
+    def knobs(backend: str, **more: object) -> tuple[str, dict]:
+        return backend, {**DISPATCH_KNOBS[backend], **more}
+
     # Megatron's flex backends are CUDA libraries: on ROCm DeepEP is Primus-Turbo's (legality `flex_rocm`).
     # Sync-free stages are not searched: off, unless the user pins a stage (then only Turbo DeepEP runs it).
     stage = fix.get("sync_free_stage", 0)
     if stage:
-        options: tuple[dict, ...] = ({**TURBO_DEEPEP, "sync_free_stage": stage},)
+        options: tuple[tuple[str, dict], ...] = (knobs(TURBO_DEEPEP, sync_free_stage=stage),)
     else:
-        flex = (TURBO_DEEPEP,) if cluster.gpu.vendor == "amd" else (FLEX_DEEPEP, FLEX_HYBRIDEP)
-        options = tuple({**d, "sync_free_stage": 0} for d in (ALLGATHER, ALLTOALL, *flex))
+        flex = (TURBO_DEEPEP,) if cluster.gpu.vendor == "amd" else (DEEPEP, HYBRIDEP)
+        options = tuple(knobs(b, sync_free_stage=0) for b in (ALLGATHER, ALLTOALL, *flex))
     off_moe: dict[str, object] = {"use_turbo_deepep": False, "sync_free_stage": 0}
     legacy = workload.training.moe_use_legacy_grouped_gemm
     if workload.model.is_moe:  # grouped expert GEMMs, as every MoE recipe runs them; no flex without EP (its TPxEP > 1)
         # (the workload's legacy GroupedMLP refuses bias: then one GEMM per expert, legality `legacy_gg_bias`)
         grouped = {"moe_grouped_gemm": _first_allowed(
             rules, "moe_grouped_gemm", [False] if legacy and workload.model.add_bias_linear else [True, False])}
-        options = tuple({**d, **grouped} for d in options)
-        off_moe |= {**ALLTOALL, **grouped}
+        options = tuple((b, {**d, **grouped}) for b, d in options)
+        off_moe |= {**DISPATCH_KNOBS[ALLTOALL], **grouped}
     # plain DDP only where the rules refuse the distributed optimizer (which has its traffic and less memory)
     ddp = () if allowed(rules, "use_distributed_optimizer", [True]) else ((False, False),)
     sharding = tuple(x for x in ((False, True), (True, False), *ddp)
@@ -150,7 +153,7 @@ def menu(workload: Workload, cluster: ClusterSpec) -> Menu:
             recomputes += [(r, mods) for mods in sets] if r == "selective" else [(r, None)]
     return Menu(recomputes=tuple(recomputes),
                 full_recompute={k: fix[k] for k in ("recompute_method", "recompute_num_layers") if k in fix},
-                fp8s=tuple(fp8s), dispatchers=tuple(d for d in options if ok(d)),
+                fp8s=tuple(fp8s), dispatchers=tuple(x for x in options if ok(x[1])),
                 plain_moe={k: v for k, v in off_moe.items() if ok({k: v})},  # a refused one: the (pinned) workload's
                 # EP overlap runs with at most one MTP layer (legality `ep_overlap_mtp`)
                 ep_overlaps=tuple(o for o in axes.overlap_moe_expert_parallel_comm
@@ -189,9 +192,7 @@ def _checker(workload: Workload, cluster: ClusterSpec) -> Callable[[TrialConfig]
 def bound_variants(m: Menu) -> KnobVariants:
     """The feature-knob settings of this search, for the sweep's layout bounds."""
     return KnobVariants(fp8=tuple(sorted({f != "none" for f in m.fp8s})),
-                        dispatch=tuple(sorted({backend_of(d["moe_token_dispatcher_type"],
-                                                   d.get("moe_flex_dispatcher_backend", "deepep"),
-                                                   d["use_turbo_deepep"]) for d in m.dispatchers})),
+                        dispatch=tuple(sorted({backend for backend, _ in m.dispatchers})),
                         tp_overlap=m.tp_overlaps, ep_overlap=m.ep_overlaps)
 
 
@@ -218,37 +219,51 @@ def layout_knobs(workload: Workload, layout: dict, m: Menu) -> tuple[dict, Menu,
 
 def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict]:
     """Yield every legal parallel layout (the axes before the feature knobs) with at least one legal
-    feature-knob point, in a fixed order."""
+    feature-knob point, in a fixed order: TP, PP, then the grids that fill the world (`_grids`), then the
+    micro-batch size, VPP, schedule and split that run them (`_pipelines`)."""
     model, t = workload.model, workload.training
-    world, gbs = cluster.world_size, t.global_batch_size
     axes = search_axes(workload, cluster)
     m = menu(workload, cluster)
-    layers, mtp = model.num_layers, model.mtp_num_layers
-    named_etp = cluster.search.names("etp")
-    for tp in axes.tp:
-        for pp in axes.pp:
-            splits = {v: _splits(layers, mtp, pp, v, cluster.search.fix) for v in axes.vpp if v == 1 or pp > 1}
-            vpps = [v for v, options in splits.items() if options]
-            for cp in axes.cp:
-                dp = replicas(world, tp * pp * cp)
-                if not dp:
-                    continue
-                for ep in axes.ep:
-                    for etp in _etps(model, tp, axes, named_etp):
-                        if not replicas(world, etp * ep * pp):
-                            continue
-                        for mbs in axes.mbs:
-                            n = microbatch_count(gbs, mbs, dp)
-                            if not n:
-                                continue
-                            for vpp in vpps:
-                                schedules = [x for x in _schedules(pp, vpp, n) if x in axes.pp_schedule]
-                                for schedule, split in product(schedules, splits[vpp]):
-                                    layout = dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, mbs=mbs, vpp=vpp,
-                                                  pp_schedule=schedule, **split_knobs(split))
-                                    if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout, m)
-                                            and knob_count(*layout_knobs(workload, layout, m))):
-                                        yield layout
+    for tp, pp in product(axes.tp, axes.pp):
+        splits = {v: _splits(model.num_layers, model.mtp_num_layers, pp, v, cluster.search.fix)
+                  for v in axes.vpp if v == 1 or pp > 1}
+        for cp, ep, etp, dp in _grids(model, cluster, axes, tp, pp):
+            for mbs, vpp, schedule, split in _pipelines(axes, t.global_batch_size, dp, pp, splits):
+                layout = dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, mbs=mbs, vpp=vpp, pp_schedule=schedule,
+                              **split_knobs(split))
+                if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout, m)
+                        and knob_count(*layout_knobs(workload, layout, m))):
+                    yield layout
+
+
+def _grids(model: ModelArch, cluster: ClusterSpec, axes: LegalAxes, tp: int, pp: int
+           ) -> Iterator[tuple[int, int, int, int]]:
+    """(CP, EP, ETP, DP) with this TP and PP whose dense and expert grids both fill the world (megatron-core
+    parallel_state.py; `oracle.layout.replicas`)."""
+    world, named_etp = cluster.world_size, cluster.search.names("etp")
+    for cp in axes.cp:
+        dp = replicas(world, tp * pp * cp)
+        if not dp:
+            continue
+        for ep in axes.ep:
+            for etp in _etps(model, tp, axes, named_etp):
+                if replicas(world, etp * ep * pp):
+                    yield cp, ep, etp, dp
+
+
+def _pipelines(axes: LegalAxes, gbs: int, dp: int, pp: int, splits: dict[int, tuple[PipelineSplit, ...]]
+               ) -> Iterator[tuple[int, int, str, PipelineSplit]]:
+    """(MBS, VPP, schedule, split) of one grid: MBS that divides the batch into whole micro-batches per DP rank,
+    each VPP with a split, the schedules that run it (`_schedules`) and its splits."""
+    vpps = [v for v, options in splits.items() if options]
+    for mbs in axes.mbs:
+        n = microbatch_count(gbs, mbs, dp)
+        if not n:
+            continue
+        for vpp in vpps:
+            schedules = [x for x in _schedules(pp, vpp, n) if x in axes.pp_schedule]
+            for schedule, split in product(schedules, splits[vpp]):
+                yield mbs, vpp, schedule, split
 
 
 def _etps(model: ModelArch, tp: int, axes: LegalAxes, named: bool) -> list[int]:
@@ -285,7 +300,8 @@ def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict, m: Men
     """Layout rules checked once with plain knobs (and the space's grouped-GEMM choice); the knob loop below
     only builds legal combinations."""
     grouped = {k: v for k, v in m.plain_moe.items() if k == "moe_grouped_gemm"}
-    plain = TrialConfig(**layout, recompute_granularity="none", fp8="none", **ALLTOALL, sync_free_stage=0,
+    plain = TrialConfig(**layout, recompute_granularity="none", fp8="none", **DISPATCH_KNOBS[ALLTOALL],
+                        sync_free_stage=0,
                         use_torch_fsdp2=False, use_distributed_optimizer=True, tp_comm_overlap=False,
                         overlap_moe_expert_parallel_comm=False, **grouped)
     return not validate(workload.model, workload.effective(plain), cluster)
@@ -317,7 +333,7 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
     Zero-bubble schedules run without recompute (Primus's zero-bubble patches); the dispatcher and EP
     overlap only act with EP > 1 (without, they are off), EP overlap only with the all-to-all or flex
     dispatcher, without full recompute and, under PP, with the interleaved schedule
-    (`oracle.legality._overlap_rules`); TP overlap needs sequence parallelism and, on ROCm, no FP8;
+    (`oracle.legality._ep_overlap_rules`); TP overlap needs sequence parallelism and, on ROCm, no FP8;
     torch FSDP2 needs PP = EP = 1 (Megatron-LM arguments.py). Where a knob does not apply it stays
     off, and a layout whose rules forbid off has no points."""
     recomputes = (("none", None),) if layout["pp_schedule"] in ("zb", "zbv") else m.recomputes
@@ -331,8 +347,8 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
         if r not in m.recomputes:
             continue
         if moe_ep:
-            moes = tuple({**d, "overlap_moe_expert_parallel_comm": o} for d in m.dispatchers for o in m.ep_overlaps
-                         if not o or (overlap_ok and r[0] != "full" and d["moe_token_dispatcher_type"] != "allgather"))
+            moes = tuple({**d, "overlap_moe_expert_parallel_comm": o} for b, d in m.dispatchers for o in m.ep_overlaps
+                         if not o or (overlap_ok and r[0] != "full" and b != ALLGATHER))
         else:
             moes = tuple({**m.plain_moe, "overlap_moe_expert_parallel_comm": False} for o in m.ep_overlaps if not o)
         modules = r[1] or ()

@@ -37,11 +37,12 @@ from pydantic import BaseModel
 
 from paratune.oracle.cancel import checkpoint
 from paratune.oracle.evaluate import evaluate_config
+from paratune.oracle.layout import LayoutFacts, layout_facts
 from paratune.oracle.memory.estimate import estimate_memory_batch
 from paratune.oracle.performance import tokens_per_s_per_gpu
 from paratune.oracle.performance.bound import iteration_bounds
 from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu_batch
-from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .space import (
     bound_variants,
@@ -110,11 +111,10 @@ def _loses(tps: float) -> bool:
     return len(top) == _CTX["top_k"] and tps < top[0][0]
 
 
-def _group(trial: TrialConfig) -> tuple:
-    """The feature knobs of a point but recompute, which the point bound of its group covers."""
-    return (trial.fp8, trial.moe_token_dispatcher_type, trial.moe_flex_dispatcher_backend, trial.use_turbo_deepep,
-            trial.moe_grouped_gemm, trial.overlap_moe_expert_parallel_comm, trial.tp_comm_overlap,
-            trial.use_torch_fsdp2)
+def _group(cfg: EffectiveConfig, facts: LayoutFacts) -> tuple:
+    """The feature settings of a point but recompute, which the point bound of its group covers: FP8, grouped
+    GEMMs, and the dispatch backend, overlaps and weight sharding as the oracle reads them (`LayoutFacts`)."""
+    return cfg.fp8, cfg.moe_grouped_gemm, facts.dispatch, facts.overlaps.ep, facts.overlaps.tp, facts.sharding.weights
 
 
 def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, int, list[Ranked]]:
@@ -132,8 +132,9 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
             pruned += count
             continue
         for trial in knob_points(*_knobs(layout)):
-            cfgs.append(workload.effective(trial))
-            groups.append((n, _group(trial)))
+            cfg = workload.effective(trial)
+            cfgs.append(cfg)
+            groups.append((n, _group(cfg, layout_facts(model, cfg, cluster.world_size))))
     memory = estimate_memory_batch(model, cfgs, cluster).total_gb
     fitting = np.flatnonzero(memory <= cluster.memory_cap_gb).tolist()
     first: dict[tuple, int] = {}  # each group's first fitting point: its bound holds for the whole group
