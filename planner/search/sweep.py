@@ -5,8 +5,9 @@ all its feature-knob points, hence an upper bound on their tokens/s/GPU. Layouts
 first; a worker skips a layout, without even its memory checks, when that upper bound is strictly
 below the k-th best it has scored so far, since none of its points can then enter the top-k. In a
 layout it does score, each point gets the memory pre-filter, then the same test with the bound of its
-group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode), and is
-simulated only if it passes. The result equals scoring every fitting point, ties broken by config key.
+group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode) where
+the group has two or more fitting points (a group's bound costs about one simulation), and is simulated only
+if it passes. The result equals scoring every fitting point, ties broken by config key.
 
 A worker takes the layouts in blocks (1, 2, 4, ... up to `SCORE_BLOCK`, best bounds first: small blocks fill
 its top-k early) and runs each step over the whole block at once (issue 26): the layout test against the
@@ -104,10 +105,14 @@ def _bound_tps(cfgs: list[EffectiveConfig], *, any_knobs: bool) -> list[float]:
     return [tokens_per_s_per_gpu(cfg, cluster.world_size, t) for cfg, t in zip(cfgs, bounds)]
 
 
+def _full() -> bool:
+    """Whether this worker's top-k is full (before, nothing can lose against it)."""
+    return len(_CTX["top"]) == _CTX["top_k"]
+
+
 def _loses(tps: float) -> bool:
     """Whether `tps` is strictly below the k-th best this worker has scored."""
-    top = _CTX["top"]
-    return len(top) == _CTX["top_k"] and tps < top[0][0]
+    return _full() and tps < _CTX["top"][0][0]
 
 
 def _group(trial: TrialConfig) -> tuple:
@@ -136,11 +141,7 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
             groups.append((n, _group(trial)))
     memory = estimate_memory_batch(model, cfgs, cluster).total_gb
     fitting = np.flatnonzero(memory <= cluster.memory_cap_gb).tolist()
-    first: dict[tuple, int] = {}  # each group's first fitting point: its bound holds for the whole group
-    for i in fitting:
-        first.setdefault(groups[i], i)
-    group_tps = dict(zip(first, _bound_tps([cfgs[i] for i in first.values()], any_knobs=False)))
-    survivors = [i for i in fitting if not _loses(group_tps[groups[i]])]
+    survivors = _unbeaten(cfgs, groups, fitting) if _full() else fitting
     rates = simulated_tokens_per_s_per_gpu_batch(model, [cfgs[i] for i in survivors], cluster)
     entered: list[Ranked] = []
     for i, tps in zip(survivors, rates):
@@ -153,6 +154,21 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
             continue
         entered.append(item)
     return len(tasks), points, len(fitting), len(survivors), pruned + len(fitting) - len(survivors), entered
+
+
+def _unbeaten(cfgs: list[EffectiveConfig], groups: list[tuple], fitting: list[int]) -> list[int]:
+    """The `fitting` points whose group's bound does not lose against this worker's full top-k. A group's
+    bound (taken on its first fitting point, it holds for the whole group) costs about one simulation, so it
+    is taken only for groups of two or more fitting points: a lone point is simulated instead (the top-k is
+    the same either way; only `scored` and `pruned` move)."""
+    first: dict[tuple, int] = {}
+    size: dict[tuple, int] = {}
+    for i in fitting:
+        first.setdefault(groups[i], i)
+        size[groups[i]] = size.get(groups[i], 0) + 1
+    shared = [g for g, n in size.items() if n > 1]
+    group_tps = dict(zip(shared, _bound_tps([cfgs[first[g]] for g in shared], any_knobs=False)))
+    return [i for i in fitting if not _loses(group_tps.get(groups[i], np.inf))]
 
 
 def _blocks(tasks: list[tuple[dict, float]]) -> list[list[tuple[dict, float]]]:
