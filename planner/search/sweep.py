@@ -15,7 +15,9 @@ top-k as the block starts, the memory of every point of the layouts left (`estim
 bounds of the groups with a fitting point (`iteration_bounds`), and the simulation of the points left
 (`simulated_tokens_per_s_per_gpu_batch`: the timelines of one pipeline program run over arrays); each
 batched call equals its scalar one to the last bit, so only which points are skipped depends on the blocks,
-never the top-k. Per-point Python objects remain: every point of a scored layout gets its `EffectiveConfig`.
+never the top-k. Per-point Python objects remain: every point of a scored layout gets its `EffectiveConfig`, its fields
+merged from the layout's and the feature setting's (`space.layout_configs`: `resolve` runs per layout and per
+setting, not per point).
 
 With `within` (the oracle's stated error, which the robust pick chooses within, `planner/search/pick.py`), the
 sweep ranks `KEEP` more points than the top-k and returns those of them within that share of the best
@@ -42,13 +44,14 @@ from paratune.oracle.memory.estimate import estimate_memory_batch
 from paratune.oracle.performance import tokens_per_s_per_gpu
 from paratune.oracle.performance.bound import iteration_bounds
 from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu_batch
-from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, TrialConfig, Workload
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .space import (
     bound_variants,
     enumerate_layouts,
     knob_count,
     knob_points,
+    layout_configs,
     layout_knobs,
     menu,
 )
@@ -115,11 +118,10 @@ def _loses(tps: float) -> bool:
     return _full() and tps < _CTX["top"][0][0]
 
 
-def _group(trial: TrialConfig) -> tuple:
+def _group(cfg: EffectiveConfig) -> tuple:
     """The feature knobs of a point but recompute, which the point bound of its group covers."""
-    return (trial.fp8, trial.moe_token_dispatcher_type, trial.moe_flex_dispatcher_backend, trial.use_turbo_deepep,
-            trial.moe_grouped_gemm, trial.overlap_moe_expert_parallel_comm, trial.tp_comm_overlap,
-            trial.use_torch_fsdp2)
+    return (cfg.fp8, cfg.moe_token_dispatcher_type, cfg.moe_flex_dispatcher_backend, cfg.use_turbo_deepep,
+            cfg.moe_grouped_gemm, cfg.overlap_moe_expert_parallel_comm, cfg.tp_comm_overlap, cfg.use_torch_fsdp2)
 
 
 def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, int, list[Ranked]]:
@@ -136,9 +138,9 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
         if _loses(bound):
             pruned += count
             continue
-        for trial in knob_points(*_knobs(layout)):
-            cfgs.append(workload.effective(trial))
-            groups.append((n, _group(trial)))
+        for cfg in layout_configs(workload, layout, _CTX["menu"]):
+            cfgs.append(cfg)
+            groups.append((n, _group(cfg)))
     memory = estimate_memory_batch(model, cfgs, cluster).total_gb
     fitting = np.flatnonzero(memory <= cluster.memory_cap_gb).tolist()
     survivors = _unbeaten(cfgs, groups, fitting) if _full() else fitting
