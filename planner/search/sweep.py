@@ -33,6 +33,7 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Iterable
+from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
@@ -198,14 +199,19 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
     start = time.perf_counter()
     ranks = top_k + (KEEP if within > 0 else 0)
     _init(workload, cluster, ranks)
-    # Bounds first, here: forked workers then start with the oracle's caches (and Origami's torch) warm.
     layouts = list(enumerate_layouts(workload, cluster))
-    bounds = [b for i in range(0, len(layouts), BLOCK) for b in _checked(_layout_bounds, layouts[i:i + BLOCK])]
-    tasks = sorted(zip(layouts, bounds), key=lambda t: -t[1])
-    blocks = _blocks(tasks)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(blocks) or 1))
+    chunks = [layouts[i:i + BLOCK] for i in range(0, len(layouts), BLOCK)]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(_blocks(layouts)) or 1))
     counts = [0, 0, 0, 0, 0]
     ranked: list[Ranked] = []
+
+    def ranked_blocks(parts: Iterable[list[float]]) -> list[list[tuple[dict, float]]]:
+        """The layouts with their bounds (`parts`: each chunk's, in order), best bound first, in blocks."""
+        bounds: list[float] = []
+        for part in parts:
+            checkpoint()  # a stopped caller ends the sweep between chunks of bounds
+            bounds += part
+        return _blocks(sorted(zip(layouts, bounds), key=lambda t: -t[1]))
 
     def absorb(parts: Iterable[tuple]) -> None:
         for part in parts:
@@ -213,13 +219,17 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
             counts[:] = [a + b for a, b in zip(counts, part[:5])]
             ranked.extend(part[5])
             if progress:
-                progress(counts[0], len(tasks))
+                progress(counts[0], len(layouts))
 
     if jobs == 1:
-        absorb(map(_score_block, blocks))
+        absorb(map(_score_block, ranked_blocks(map(_layout_bounds, chunks))))
     else:
+        # The first chunk's bounds here: forked workers then start with Origami's torch and the oracle's caches
+        # warm; the other chunks' bounds are taken by the pool, as the blocks are scored.
+        first = _checked(_layout_bounds, chunks[0])
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, ranks)) as pool:
+            blocks = ranked_blocks(chain([first], pool.imap(_layout_bounds, chunks[1:])))
             absorb(pool.imap_unordered(_score_block, blocks))
     _, space_size, fits, scored, pruned = counts
     best = heapq.nlargest(ranks, ranked, key=lambda t: t[:2])
