@@ -174,7 +174,7 @@ def _unbeaten(cfgs: list[EffectiveConfig], groups: list[tuple], fitting: list[in
     return [i for i in fitting if not _loses(group_tps.get(groups[i], np.inf))]
 
 
-def _blocks(tasks: list[tuple[dict, float]]) -> list[list[tuple[dict, float]]]:
+def _blocks(tasks: list[T]) -> list[list[T]]:
     """`tasks` (best bound first) cut into blocks of 1, 2, 4, ... up to `SCORE_BLOCK` layouts: a worker's top-k
     fills from small blocks, so later ones are pruned against it, and then the blocks are large enough to
     batch (module doc)."""
