@@ -331,6 +331,7 @@ _DERIVED = ("recompute_granularity", "recompute_method", "recompute_num_layers",
 
 @by_identity()
 def _feature_cache(workload: Workload) -> dict[tuple, dict]:
+    """The fields of each feature setting met so far on this workload (`_feature_fields`)."""
     return {}
 
 
