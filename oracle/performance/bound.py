@@ -155,13 +155,14 @@ def extrapolation_bound(schedule: str, p: int, v: int, m: int, hi: tuple[float, 
     folded = b if schedule in SPLIT_BACKWARD else tuple(x + y for x, y in zip(b, w))  # B runs W there
     durations = f + folded + w
     k = (m - 2 * p) / p
-    return tuple(end + (k - 1) * sum(n * d for n, d in zip(counts, durations)) for end, counts in zip(hi, tails))
+    return tuple(end + (k - 1) * sum(n * durations[i] for i, n in counts) for end, counts in zip(hi, tails))
 
 
 @lru_cache(maxsize=1024)
-def _tails(schedule: str, p: int, v: int) -> tuple[tuple[int, ...], ...] | None:
-    """Per rank, how many ops of each duration index (kind·V + stage) the 3p-micro-batch order issues
-    after it has issued every op of the 2p order, in order; None where the 2p order does not embed."""
+def _tails(schedule: str, p: int, v: int) -> tuple[tuple[tuple[int, int], ...], ...] | None:
+    """Per rank, (duration index (kind·V + stage), how many) of each kind of op the 3p-micro-batch order issues
+    after it has issued every op of the 2p order, in index order, the indices it issues none of left out (their
+    zero terms leave the tail's sum as it is); None where the 2p order does not embed."""
     V = virtual_stages(schedule, p, v)
     out = []
     for short, long in zip(rank_orders(schedule, p, v, 2 * p), rank_orders(schedule, p, v, 3 * p)):
@@ -171,7 +172,7 @@ def _tails(schedule: str, p: int, v: int) -> tuple[tuple[int, ...], ...] | None:
         counts = [0] * (3 * V)
         for kind, vs, _ in rest:
             counts[kind * V + vs] += 1
-        out.append(tuple(counts))
+        out.append(tuple((i, n) for i, n in enumerate(counts) if n))
     return tuple(out)
 
 

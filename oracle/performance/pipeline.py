@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+from ..identity_cache import by_identity
 from ..layout import LayoutFacts, RecomputePlan, Sharding, StageLayers, layout_facts
 from ..memory.state_bytes import grad_bytes
 from ..model_shape import ModelShape, model_shape
@@ -180,19 +181,28 @@ def recompute_indices(facts: LayoutFacts) -> tuple[int, ...]:
 
 def stage_times(chunks: tuple[Chunk, ...], blocks: tuple[Block, ...], modules: tuple[int, ...]
                 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch."""
-    times = {ch: _chunk_times(ch, blocks, modules) for ch in set(chunks)}  # chunks repeat: each once
-    f, b, w = zip(*(times[ch] for ch in chunks))
+    """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch: per distinct chunk (chunks
+    repeat: each is timed once), each pass is the sum over the blocks of the chunk's count times the block's
+    time, left to right; B adds each block's selective recompute and then the chunk's fully recomputed
+    layers' forwards. The search times every point of a layout this way, so the per-block sums are taken
+    once per call, not once per chunk."""
+    distinct, index = _distinct_chunks(chunks)
+    (fd, fm, fe, fh), (wd, wm, we, wh) = ([x.f for x in blocks], [x.w for x in blocks])
+    bd, bm, be, bh = [x.b + x.recompute_ms(modules) for x in blocks]
+    times = [(d * fd + m * fm + e * fe + h * fh,
+              d * bd + m * bm + e * be + h * bh + rd * fd + rm * fm,
+              d * wd + m * wm + e * we + h * wh) for d, m, e, h, rd, rm in distinct]
+    f, b, w = zip(*(times[i] for i in index))
     return f, b, w
 
 
-def _chunk_times(ch: Chunk, blocks: tuple[Block, ...], modules: tuple[int, ...]) -> tuple[float, float, float]:
-    """F, B (with recompute) and W ms of one micro-batch through one virtual stage."""
-    coef = ch.coefficients
-    f = sum(k * x.f for k, x in zip(coef, blocks))
-    b = (sum(k * (x.b + x.recompute_ms(modules)) for k, x in zip(coef, blocks))
-         + ch.recompute_dense * blocks[0].f + ch.recompute_moe * blocks[1].f)
-    return f, b, sum(k * x.w for k, x in zip(coef, blocks))
+@by_identity(maxsize=4096)
+def _distinct_chunks(chunks: tuple[Chunk, ...]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
+    """(each distinct chunk's block counts and fully recomputed dense and MoE layers, each stage's index into
+    them) of a layout's stages (`chunks` returns one cached object per plan, so this runs once per object)."""
+    index: dict[Chunk, int] = {}
+    order = tuple(index.setdefault(ch, len(index)) for ch in chunks)
+    return tuple((*ch.coefficients, ch.recompute_dense, ch.recompute_moe) for ch in index), order
 
 
 def pipeline_ends(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline, m: int, f: tuple[float, ...],

@@ -162,6 +162,11 @@ def resolve(training: TrainingArgs, trial: TrialConfig, *, is_moe: bool) -> Effe
     elif fields["recompute_modules"] is None:
         fields["recompute_modules"] = ("core_attn",)  # Megatron's default (transformer_config.py)
     fields["sequence_parallel"] = sequence_parallel_in_effect(fields["sequence_parallel"], tp)
+    return trusted_config(fields)
+
+
+def trusted_config(fields: dict[str, Any]) -> EffectiveConfig:
+    """The `EffectiveConfig` of resolved `fields` (every field, in field order), unvalidated, its key computed."""
     key = canonical_key(tuple(fields.values()))
     cfg = trusted(EffectiveConfig, fields)
     fields["key"] = key  # `fields` is now cfg.__dict__: this fills the cached_property as a first read would

@@ -48,8 +48,8 @@ from paratune.oracle.layout import (
 from paratune.oracle.legality import LegalAxes, validate
 from paratune.oracle.performance.bound import KnobVariants
 from paratune.oracle.pipeline_split import PipelineSplit, candidate_splits, split_outcome
-from paratune.oracle.specs import ClusterSpec, ModelArch, TrialConfig, Workload
-from paratune.oracle.specs.config import SPLIT_KNOBS, sequence_parallel_in_effect
+from paratune.oracle.specs import ClusterSpec, EffectiveConfig, ModelArch, TrialConfig, Workload
+from paratune.oracle.specs.config import SPLIT_KNOBS, sequence_parallel_in_effect, trusted_config
 
 
 def _schedules(pp: int, vpp: int, microbatches: int) -> list[str]:
@@ -309,14 +309,63 @@ def _layout_legal(workload: Workload, cluster: ClusterSpec, layout: dict, m: Men
 
 def knob_points(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> Iterator[TrialConfig]:
     """Every legal combination of feature knobs on one layout."""
+    for settings in knob_settings(layout, m, moe_ep, sp):
+        trial = TrialConfig(**layout, **settings)
+        if m.check is None or m.check(trial):
+            yield trial
+
+
+def knob_settings(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> Iterator[dict]:
+    """The feature knobs of each of `knob_points`' combinations on one layout, in its order, before the user's
+    pins are checked (the layout's own knobs left out)."""
     for (recompute, modules), moes, precisions, shardings in _knob_axes(layout, m, moe_ep, sp):
         extra = m.full_recompute if recompute == "full" else {"recompute_modules": modules} if modules else {}
         for moe, (fp8, tp_overlap), (fsdp, distopt) in product(moes, precisions, shardings):
-            trial = TrialConfig(**layout, recompute_granularity=recompute, **extra, fp8=fp8, **moe,
-                                tp_comm_overlap=tp_overlap, use_torch_fsdp2=fsdp, use_distributed_optimizer=distopt,
-                                **m.fixed)
-            if m.check is None or m.check(trial):
-                yield trial
+            yield dict(recompute_granularity=recompute, **extra, fp8=fp8, **moe, tp_comm_overlap=tp_overlap,
+                       use_torch_fsdp2=fsdp, use_distributed_optimizer=distopt, **m.fixed)
+
+
+def layout_configs(workload: Workload, layout: dict, m: Menu) -> list[EffectiveConfig]:
+    """`workload.effective` of each of `knob_points(layout)`, in order, for the sweep: `resolve` runs once on the
+    layout (its feature knobs as the workload has them) and once per distinct feature setting of the search
+    (on the workload's own layout), and each point takes its layout fields from the first and its feature
+    fields from the second. That is `resolve`'s answer because none of its rules crosses the two: the layout
+    knobs' canonicalisation (VPP from a layout string, the interleaved schedule, ETP, sequence parallelism)
+    reads only layout knobs, the feature knobs' (recompute, Turbo DeepEP as the flex dispatcher) only feature
+    knobs and the workload (tests/test_sweep_configs.py checks it on whole spaces). With user pins to check
+    each point is resolved whole."""
+    moe_ep, sp = _moe_ep(workload, layout), _sp(workload, layout)
+    if m.check is not None:
+        return [workload.effective(t) for t in knob_points(layout, m, moe_ep, sp)]
+    base = workload.effective(TrialConfig(**layout)).__dict__
+    out = []
+    for settings in knob_settings(layout, m, moe_ep, sp):
+        fields = base.copy()
+        del fields["key"]  # `resolve` filled it; the point's own is computed from its fields
+        fields.update(_feature_fields(workload, tuple(settings.items())))
+        out.append(trusted_config(fields))
+    return out
+
+
+# Fields a feature setting decides (its knobs and what `resolve` derives from them alone).
+_DERIVED = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+            "moe_token_dispatcher_type", "use_turbo_deepep")
+
+
+@by_identity()
+def _feature_cache(workload: Workload) -> dict[tuple, dict]:
+    """The fields of each feature setting met so far on this workload (`_feature_fields`)."""
+    return {}
+
+
+def _feature_fields(workload: Workload, settings: tuple[tuple[str, object], ...]) -> dict:
+    """The fields one feature setting gives on `workload` (`resolve` of the setting alone), cached per search."""
+    cache = _feature_cache(workload)
+    hit = cache.get(settings)
+    if hit is None:
+        resolved = workload.effective(TrialConfig(**dict(settings))).__dict__
+        hit = cache[settings] = {name: resolved[name] for name in (*dict(settings), *_DERIVED)}
+    return hit
 
 
 def knob_count(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> int:

@@ -5,8 +5,9 @@ all its feature-knob points, hence an upper bound on their tokens/s/GPU. Layouts
 first; a worker skips a layout, without even its memory checks, when that upper bound is strictly
 below the k-th best it has scored so far, since none of its points can then enter the top-k. In a
 layout it does score, each point gets the memory pre-filter, then the same test with the bound of its
-group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode), and is
-simulated only if it passes. The result equals scoring every fitting point, ties broken by config key.
+group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode) where
+the group has two or more fitting points (a group's bound costs about one simulation), and is simulated only
+if it passes. The result equals scoring every fitting point, ties broken by config key.
 
 A worker takes the layouts in blocks (1, 2, 4, ... up to `SCORE_BLOCK`, best bounds first: small blocks fill
 its top-k early) and runs each step over the whole block at once (issue 26): the layout test against the
@@ -14,7 +15,9 @@ top-k as the block starts, the memory of every point of the layouts left (`estim
 bounds of the groups with a fitting point (`iteration_bounds`), and the simulation of the points left
 (`simulated_tokens_per_s_per_gpu_batch`: the timelines of one pipeline program run over arrays); each
 batched call equals its scalar one to the last bit, so only which points are skipped depends on the blocks,
-never the top-k. Per-point Python objects remain: every point of a scored layout gets its `EffectiveConfig`.
+never the top-k. Per-point Python objects remain: every point of a scored layout gets its `EffectiveConfig`, its fields
+merged from the layout's and the feature setting's (`space.layout_configs`: `resolve` runs per layout and per
+setting, not per point).
 
 With `within` (the oracle's stated error, which the robust pick chooses within, `planner/search/pick.py`), the
 sweep ranks `KEEP` more points than the top-k and returns those of them within that share of the best
@@ -30,6 +33,7 @@ import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Iterable
+from itertools import chain
 from typing import Any, TypeVar
 
 import numpy as np
@@ -49,6 +53,7 @@ from .space import (
     enumerate_layouts,
     knob_count,
     knob_points,
+    layout_configs,
     layout_knobs,
     menu,
 )
@@ -105,10 +110,14 @@ def _bound_tps(cfgs: list[EffectiveConfig], *, any_knobs: bool) -> list[float]:
     return [tokens_per_s_per_gpu(cfg, cluster.world_size, t) for cfg, t in zip(cfgs, bounds)]
 
 
+def _full() -> bool:
+    """Whether this worker's top-k is full (before, nothing can lose against it)."""
+    return len(_CTX["top"]) == _CTX["top_k"]
+
+
 def _loses(tps: float) -> bool:
     """Whether `tps` is strictly below the k-th best this worker has scored."""
-    top = _CTX["top"]
-    return len(top) == _CTX["top_k"] and tps < top[0][0]
+    return _full() and tps < _CTX["top"][0][0]
 
 
 def _group(cfg: EffectiveConfig, facts: LayoutFacts) -> tuple:
@@ -131,17 +140,12 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
         if _loses(bound):
             pruned += count
             continue
-        for trial in knob_points(*_knobs(layout)):
-            cfg = workload.effective(trial)
+        for cfg in layout_configs(workload, layout, _CTX["menu"]):
             cfgs.append(cfg)
             groups.append((n, _group(cfg, layout_facts(model, cfg, cluster.world_size))))
     memory = estimate_memory_batch(model, cfgs, cluster).total_gb
     fitting = np.flatnonzero(memory <= cluster.memory_cap_gb).tolist()
-    first: dict[tuple, int] = {}  # each group's first fitting point: its bound holds for the whole group
-    for i in fitting:
-        first.setdefault(groups[i], i)
-    group_tps = dict(zip(first, _bound_tps([cfgs[i] for i in first.values()], any_knobs=False)))
-    survivors = [i for i in fitting if not _loses(group_tps[groups[i]])]
+    survivors = _unbeaten(cfgs, groups, fitting) if _full() else fitting
     rates = simulated_tokens_per_s_per_gpu_batch(model, [cfgs[i] for i in survivors], cluster)
     entered: list[Ranked] = []
     for i, tps in zip(survivors, rates):
@@ -156,7 +160,22 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     return len(tasks), points, len(fitting), len(survivors), pruned + len(fitting) - len(survivors), entered
 
 
-def _blocks(tasks: list[tuple[dict, float]]) -> list[list[tuple[dict, float]]]:
+def _unbeaten(cfgs: list[EffectiveConfig], groups: list[tuple], fitting: list[int]) -> list[int]:
+    """The `fitting` points whose group's bound does not lose against this worker's full top-k. A group's
+    bound (taken on its first fitting point, it holds for the whole group) costs about one simulation, so it
+    is taken only for groups of two or more fitting points: a lone point is simulated instead (the top-k is
+    the same either way; only `scored` and `pruned` move)."""
+    first: dict[tuple, int] = {}
+    size: dict[tuple, int] = {}
+    for i in fitting:
+        first.setdefault(groups[i], i)
+        size[groups[i]] = size.get(groups[i], 0) + 1
+    shared = [g for g, n in size.items() if n > 1]
+    group_tps = dict(zip(shared, _bound_tps([cfgs[first[g]] for g in shared], any_knobs=False)))
+    return [i for i in fitting if not _loses(group_tps.get(groups[i], np.inf))]
+
+
+def _blocks(tasks: list[T]) -> list[list[T]]:
     """`tasks` (best bound first) cut into blocks of 1, 2, 4, ... up to `SCORE_BLOCK` layouts: a worker's top-k
     fills from small blocks, so later ones are pruned against it, and then the blocks are large enough to
     batch (module doc)."""
@@ -181,14 +200,19 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
     start = time.perf_counter()
     ranks = top_k + (KEEP if within > 0 else 0)
     _init(workload, cluster, ranks)
-    # Bounds first, here: forked workers then start with the oracle's caches (and Origami's torch) warm.
     layouts = list(enumerate_layouts(workload, cluster))
-    bounds = [b for i in range(0, len(layouts), BLOCK) for b in _checked(_layout_bounds, layouts[i:i + BLOCK])]
-    tasks = sorted(zip(layouts, bounds), key=lambda t: -t[1])
-    blocks = _blocks(tasks)
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(blocks) or 1))
+    chunks = [layouts[i:i + BLOCK] for i in range(0, len(layouts), BLOCK)]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(_blocks(layouts)) or 1))
     counts = [0, 0, 0, 0, 0]
     ranked: list[Ranked] = []
+
+    def ranked_blocks(parts: Iterable[list[float]]) -> list[list[tuple[dict, float]]]:
+        """The layouts with their bounds (`parts`: each chunk's, in order), best bound first, in blocks."""
+        bounds: list[float] = []
+        for part in parts:
+            checkpoint()  # a stopped caller ends the sweep between chunks of bounds
+            bounds += part
+        return _blocks(sorted(zip(layouts, bounds), key=lambda t: -t[1]))
 
     def absorb(parts: Iterable[tuple]) -> None:
         for part in parts:
@@ -196,13 +220,17 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
             counts[:] = [a + b for a, b in zip(counts, part[:5])]
             ranked.extend(part[5])
             if progress:
-                progress(counts[0], len(tasks))
+                progress(counts[0], len(layouts))
 
     if jobs == 1:
-        absorb(map(_score_block, blocks))
+        absorb(map(_score_block, ranked_blocks(map(_layout_bounds, chunks))))
     else:
+        # The first chunk's bounds here: forked workers then start with Origami's torch and the oracle's caches
+        # warm; the other chunks' bounds are taken by the pool, as the blocks are scored.
+        first = _checked(_layout_bounds, chunks[0])
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, ranks)) as pool:
+            blocks = ranked_blocks(chain([first], pool.imap(_layout_bounds, chunks[1:])))
             absorb(pool.imap_unordered(_score_block, blocks))
     _, space_size, fits, scored, pruned = counts
     best = heapq.nlargest(ranks, ranked, key=lambda t: t[:2])

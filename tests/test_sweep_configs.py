@@ -1,0 +1,61 @@
+"""The sweep's per-point configurations (`space.layout_configs`: the layout's fields from one `resolve` of the
+layout, the feature fields from one `resolve` per feature setting) equal `resolve` of each whole point: every
+field and the config key, which ranks ties and names the layout to the user.
+
+The reference is `workload.effective(trial)` itself (tests/test_search.py and tests/test_knob_registry.py check
+`resolve` against Megatron's defaults). Cases: every shipped example and the README's main job (a workload that
+recomputes one layer per chunk, so the feature settings meet a baseline with full recompute), plus a Bridge and a
+Primus stack; random layouts of the larger spaces, every layout of the small one."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from paratune.planner.search.space import enumerate_layouts, knob_points, layout_configs, layout_knobs, menu
+
+from .conftest import EXAMPLES, example
+from .test_array_oracle import _case
+
+LAYOUTS = 150  # random layouts per case (the whole space where it is smaller)
+CASES = [
+    ("mixtral-8x22b-mi355x-recipe.yaml", "mi355x-4n.yaml", None),  # the README's main job
+    ("qwen3-30b-a3b-h100-recipe.yaml", "h100-2n.yaml", "megatron-bridge"),
+    ("llama3-70b-h100.yaml", "h100-2n.yaml", "primus"),
+]
+
+
+def _same(workload, cluster, layouts) -> int:
+    m = menu(workload, cluster)
+    n = 0
+    for layout in layouts:
+        got = layout_configs(workload, layout, m)
+        want = [workload.effective(t) for t in knob_points(*layout_knobs(workload, layout, m))]
+        assert [c.key for c in got] == [c.key for c in want], layout
+        assert [c.__dict__ for c in got] == [c.__dict__ for c in want], layout
+        n += len(got)
+    return n
+
+
+@pytest.mark.parametrize("name", ["mixtral", "llama70b", "deepseek", "llama8b"])
+def test_sweep_configs_equal_resolve_on_the_shipped_examples(name):
+    workload, cluster = example(name)
+    rng = random.Random(name)
+    layouts = []
+    for i, layout in enumerate(enumerate_layouts(workload, cluster)):  # reservoir sample: the space in one pass
+        if i < LAYOUTS:
+            layouts.append(layout)
+        elif (j := rng.randrange(i + 1)) < LAYOUTS:
+            layouts[j] = layout
+        if i > 20 * LAYOUTS and name == "deepseek":
+            break  # its 2.6M points: the first layouts of every TP suffice for the rules this checks
+    assert _same(workload, cluster, layouts) >= len(layouts)
+
+
+@pytest.mark.parametrize(("w_file", "c_file", "stack"), CASES)
+def test_sweep_configs_equal_resolve_across_stacks(w_file, c_file, stack):
+    assert (EXAMPLES / "workloads" / w_file).exists()
+    workload, cluster, layouts = _case(w_file, c_file, stack)
+    rng = random.Random(w_file)
+    assert _same(workload, cluster, rng.sample(layouts, min(LAYOUTS, len(layouts)))) > 0
