@@ -105,6 +105,12 @@ def _by_id(conn: sqlite3.Connection, table: str, row_id: int) -> dict[str, Any]:
     return dict(conn.execute(f"SELECT * FROM {table} WHERE id = ?", (row_id,)).fetchone())
 
 
+def _real(value: float | None) -> float | None:
+    """A value of a REAL column as a SELECT reads it back (SQLite may store a whole number as an integer;
+    RETURNING hands that back as it is)."""
+    return None if value is None else float(value)
+
+
 def _line(spent: int, limit: int | None) -> BudgetLine:
     left = None if limit is None else max(limit - spent, 0)
     return trusted(BudgetLine, {"spent": spent, "limit": limit, "left": left})
@@ -242,16 +248,15 @@ class Ledger:
         row = {"run_id": run_id, "config_key": key, "config_json": json.dumps(cfg.model_dump(mode="json"),
                                                                               sort_keys=True),
                "fidelity": fidelity, "result_json": result.model_dump_json(), "legal": result.legal,
-               "fits": result.fits, "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,
-               "memory_per_gpu_gb": result.memory_per_gpu_gb, "wall_ms": float(wall_ms), "origin": origin}
+               "fits": result.fits, "tokens_per_s_per_gpu": _real(result.tokens_per_s_per_gpu),
+               "memory_per_gpu_gb": _real(result.memory_per_gpu_gb), "wall_ms": _real(wall_ms), "origin": origin}
         stored = conn.execute(
             "INSERT INTO trials (run_id, config_key, config_json, fidelity, result_json, legal, fits, "
             "tokens_per_s_per_gpu, memory_per_gpu_gb, wall_ms, origin) VALUES (:run_id, :config_key, :config_json, "
             ":fidelity, :result_json, :legal, :fits, :tokens_per_s_per_gpu, :memory_per_gpu_gb, :wall_ms, :origin) "
-            "ON CONFLICT (run_id, config_key, fidelity) DO NOTHING RETURNING id, created, tokens_per_s_per_gpu, "
-            "memory_per_gpu_gb", row,
+            "ON CONFLICT (run_id, config_key, fidelity) DO NOTHING RETURNING id, created", row,
         ).fetchall()  # fetched whole, so the statement is done before COMMIT
-        if stored:  # this insert's row, read back from what was written rather than selected again
+        if stored:  # this insert's row, from what was written rather than selected again
             return _trial(row | dict(stored[0]) | {"calibrated_json": None})
         trial = self._lookup(conn, run_id, key, fidelity)  # the first record's
         assert trial is not None
