@@ -9,6 +9,7 @@ transport included. Warm-up calls are not counted. Last line: `p50_ms=X p95_ms=Y
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -50,7 +51,8 @@ async def measure(calls: int, warmup: int) -> list[float]:
         workload, cluster = inputs(tmp)
         params = StdioServerParameters(
             command=str(Path(sys.executable).parent / "paratune"),
-            args=["serve", "--ledger", str(tmp / "ledger.sqlite"), "--allow-root", str(tmp)])
+            args=["serve", "--ledger", str(tmp / "ledger.sqlite"), "--allow-root", str(tmp)],
+            env=dict(os.environ))  # the SDK's default keeps only HOME, PATH, ...: PYTHONPATH picks the code measured
         configs = layouts(warmup + calls)
         times: list[float] = []
         async with Client(params) as client:

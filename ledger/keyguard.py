@@ -31,15 +31,17 @@ MASK = "***"
 
 
 def secret_values() -> list[str]:
-    """The values of the environment's key variables, longest first."""
-    values = {v for k, v in os.environ.items() if _SECRET_NAME.search(k.upper()) and len(v) >= MIN_SECRET}
-    return sorted(values, key=len, reverse=True)
+    """The values of the environment's key variables, longest first. Read afresh on every call (a key set
+    meanwhile counts), decoding only the values of key-named variables: this runs for every trial stored."""
+    env = os.environ
+    values = {env.get(name, "") for name in env if _SECRET_NAME.search(name.upper())}
+    return sorted((v for v in values if len(v) >= MIN_SECRET), key=len, reverse=True)
 
 
 def refuse_keys(field: str, text: str) -> str:
     """`text` unchanged, or InputError (without echoing the secret) when it holds a key-like string or a
-    configured key's value."""
-    if _KEY.search(text) or any(v in text for v in secret_values()):
+    configured key's value (none fits in a text shorter than `MIN_SECRET`)."""
+    if _KEY.search(text) or (len(text) >= MIN_SECRET and any(v in text for v in secret_values())):
         raise InputError("refusing to store what looks like an API key; the ledger never keeps keys", key=field)
     return text
 

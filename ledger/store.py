@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from pydantic import BaseModel
 
 from paratune.oracle.errors import InputError
 from paratune.oracle.specs import Budget, ClusterSpec, EffectiveConfig, EvalResult, Workload
+from paratune.oracle.specs.trusted import trusted
 
 from .keyguard import refuse_keys
 from .models import (
@@ -71,15 +73,26 @@ def _run(row: _Record) -> RunInfo:
 
 
 def _trial(row: _Record) -> TrialRecord:
-    return TrialRecord(
-        id=row["id"], run_id=row["run_id"], config_key=row["config_key"],
-        config=json.loads(row["config_json"]), fidelity=row["fidelity"],
-        result=EvalResult.model_validate_json(row["result_json"]), legal=bool(row["legal"]),
-        fits=None if row["fits"] is None else bool(row["fits"]),
-        tokens_per_s_per_gpu=row["tokens_per_s_per_gpu"], memory_per_gpu_gb=row["memory_per_gpu_gb"],
-        wall_ms=row["wall_ms"], origin=row["origin"], created=row["created"],
-        calibrated=Calibrated.model_validate_json(row["calibrated_json"]) if row["calibrated_json"] else None,
-    )
+    """A trials row as its record. The columns hold what `_insert` wrote (their types fixed by the schema's
+    affinities and CHECKs) and the two JSON columns are validated as they are read, so the record is built
+    without validating again (`trusted`): every read of a trial passes here."""
+    return trusted(TrialRecord, {
+        "id": row["id"], "run_id": row["run_id"], "config_key": row["config_key"],
+        "config": json.loads(row["config_json"]), "fidelity": row["fidelity"],
+        "result": EvalResult.model_validate_json(row["result_json"]), "legal": bool(row["legal"]),
+        "fits": None if row["fits"] is None else bool(row["fits"]),
+        "tokens_per_s_per_gpu": row["tokens_per_s_per_gpu"], "memory_per_gpu_gb": row["memory_per_gpu_gb"],
+        "wall_ms": row["wall_ms"], "origin": row["origin"], "created": row["created"],
+        "calibrated": Calibrated.model_validate_json(row["calibrated_json"]) if row["calibrated_json"] else None,
+    })
+
+
+@lru_cache(maxsize=64)
+def _limits(budget_json: str) -> dict[str, int | None]:
+    """The call limit of each fidelity under a run's stored budget (None: unlimited), parsed once per budget:
+    every scored trial reads its fidelity's line twice."""
+    budget = Budget.model_validate_json(budget_json)
+    return {f: getattr(budget, _LIMIT_FIELD[f]) if f in _LIMIT_FIELD else None for f in FIDELITIES}
 
 
 def _sweep(row: _Record) -> SweepSummary:
@@ -90,6 +103,17 @@ def _sweep(row: _Record) -> SweepSummary:
 
 def _by_id(conn: sqlite3.Connection, table: str, row_id: int) -> dict[str, Any]:
     return dict(conn.execute(f"SELECT * FROM {table} WHERE id = ?", (row_id,)).fetchone())
+
+
+def _real(value: float | None) -> float | None:
+    """A value of a REAL column as a SELECT reads it back (SQLite may store a whole number as an integer;
+    RETURNING hands that back as it is)."""
+    return None if value is None else float(value)
+
+
+def _line(spent: int, limit: int | None) -> BudgetLine:
+    left = None if limit is None else max(limit - spent, 0)
+    return trusted(BudgetLine, {"spent": spent, "limit": limit, "left": left})
 
 
 def _check_fidelity(fidelity: str) -> None:
@@ -133,8 +157,9 @@ class Ledger:
         with self._lock:
             return [dict(r) for r in self._conn.execute(sql, args)]
 
-    def _require_run(self, conn: sqlite3.Connection, run_id: int) -> sqlite3.Row:
-        row = conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+    def _require_run(self, conn: sqlite3.Connection, run_id: int, columns: str = "*") -> sqlite3.Row:
+        """The run's row (only `columns`: the whole row carries both input files), or InputError."""
+        row = conn.execute(f"SELECT {columns} FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
             raise InputError(f"no run {run_id} in this ledger", file=str(self.path))
         return row
@@ -204,12 +229,15 @@ class Ledger:
     ) -> TrialRecord:
         """Store one trial without spending budget; the first record of a (config, fidelity) wins."""
         with self._write() as conn:
+            self._require_run(conn, run_id, "id")
             return self._insert(conn, run_id, cfg, result, fidelity, wall_ms, origin)
 
     def _insert(
         self, conn: sqlite3.Connection, run_id: int, cfg: EffectiveConfig, result: EvalResult, fidelity: str,
         wall_ms: float, origin: str,
     ) -> TrialRecord:
+        """Store one trial of a run the caller found in this transaction; the record as stored, or the first
+        record of the same (config, fidelity)."""
         _check_fidelity(fidelity)
         key = cfg.key
         if result.source != fidelity:
@@ -217,16 +245,20 @@ class Ledger:
         if result.config_key and result.config_key != key:
             raise ValueError(f"result is for config {result.config_key}, not {key}")
         refuse_keys("trials.origin", origin)
-        self._require_run(conn, run_id)
-        conn.execute(
+        row = {"run_id": run_id, "config_key": key, "config_json": json.dumps(cfg.model_dump(mode="json"),
+                                                                              sort_keys=True),
+               "fidelity": fidelity, "result_json": result.model_dump_json(), "legal": result.legal,
+               "fits": result.fits, "tokens_per_s_per_gpu": _real(result.tokens_per_s_per_gpu),
+               "memory_per_gpu_gb": _real(result.memory_per_gpu_gb), "wall_ms": _real(wall_ms), "origin": origin}
+        stored = conn.execute(
             "INSERT INTO trials (run_id, config_key, config_json, fidelity, result_json, legal, fits, "
-            "tokens_per_s_per_gpu, memory_per_gpu_gb, wall_ms, origin) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (run_id, config_key, fidelity) DO NOTHING",
-            (run_id, key, json.dumps(cfg.model_dump(mode="json"), sort_keys=True), fidelity,
-             result.model_dump_json(), result.legal, result.fits, result.tokens_per_s_per_gpu,
-             result.memory_per_gpu_gb, wall_ms, origin),
-        )
-        trial = self._lookup(conn, run_id, key, fidelity)  # this insert's row, or the first record's
+            "tokens_per_s_per_gpu, memory_per_gpu_gb, wall_ms, origin) VALUES (:run_id, :config_key, :config_json, "
+            ":fidelity, :result_json, :legal, :fits, :tokens_per_s_per_gpu, :memory_per_gpu_gb, :wall_ms, :origin) "
+            "ON CONFLICT (run_id, config_key, fidelity) DO NOTHING RETURNING id, created", row,
+        ).fetchall()  # fetched whole, so the statement is done before COMMIT
+        if stored:  # this insert's row, from what was written rather than selected again
+            return _trial(row | dict(stored[0]) | {"calibrated_json": None})
+        trial = self._lookup(conn, run_id, key, fidelity)  # the first record's
         assert trial is not None
         return trial
 
@@ -321,17 +353,23 @@ class Ledger:
     def budget_status(self, run_id: int) -> dict[Fidelity, BudgetLine]:
         """Spent, limit and left for every fidelity, cheapest first."""
         with self._lock:
-            return {f: self._budget_line(self._conn, run_id, f) for f in FIDELITIES}
+            limits = _limits(self._require_run(self._conn, run_id, "budget_json")["budget_json"])
+            spent = dict(self._conn.execute("SELECT fidelity, spent FROM budget_spend WHERE run_id = ?",
+                                            (run_id,)).fetchall())
+        return {f: _line(spent.get(f, 0), limits[f]) for f in FIDELITIES}
+
+    def budget_line(self, run_id: int, fidelity: Fidelity) -> BudgetLine:
+        """Spent, limit and left at one fidelity (`budget_status`'s line)."""
+        _check_fidelity(fidelity)
+        with self._lock:
+            return self._budget_line(self._conn, run_id, fidelity)
 
     def _budget_line(self, conn: sqlite3.Connection, run_id: int, fidelity: str) -> BudgetLine:
-        budget = Budget.model_validate_json(self._require_run(conn, run_id)["budget_json"])
+        limit = _limits(self._require_run(conn, run_id, "budget_json")["budget_json"])[fidelity]
         row = conn.execute(
             "SELECT spent FROM budget_spend WHERE run_id = ? AND fidelity = ?", (run_id, fidelity)
         ).fetchone()
-        spent = row["spent"] if row else 0
-        field = _LIMIT_FIELD.get(fidelity)
-        limit = getattr(budget, field) if field else None
-        return BudgetLine(spent=spent, limit=limit, left=None if limit is None else max(limit - spent, 0))
+        return _line(row["spent"] if row else 0, limit)
 
     def _spendable(self, conn: sqlite3.Connection, run_id: int, fidelity: str) -> None:
         line = self._budget_line(conn, run_id, fidelity)

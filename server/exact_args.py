@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 from paratune.oracle.errors import InputError, clip
 
@@ -58,9 +58,36 @@ def _types(branches: list[dict[str, Any]]) -> set[str]:
     return types
 
 
-def _exact(value: Any, schema: dict[str, Any], defs: dict[str, Any], key: str) -> Any:
+class _Shape(NamedTuple):
+    """What `_exact` reads of one schema node: the JSON types its alternatives admit, the properties of its
+    object alternative and the items of its array alternative."""
+
+    types: set[str]
+    properties: dict[str, Any]
+    items: dict[str, Any] | None
+
+
+_SHAPES: dict[tuple[int, int], tuple[dict[str, Any], dict[str, Any], _Shape]] = {}
+_SHAPES_SIZE = 4096
+
+
+def _shape(schema: dict[str, Any], defs: dict[str, Any]) -> _Shape:
+    """The shape of a node of a tool's schema, worked out once per (node, $defs) object: a tool's schema is
+    fixed when the server starts and every call walks it."""
+    hit = _SHAPES.get((id(schema), id(defs)))
+    if hit is not None:
+        return hit[2]
     branches = _branches(schema, defs)
-    types = _types(branches)
+    shape = _Shape(_types(branches), next((b["properties"] for b in branches if "properties" in b), {}),
+                   next((b.get("items", {}) for b in branches if "array" in _types([b])), None))
+    if len(_SHAPES) >= _SHAPES_SIZE:
+        _SHAPES.clear()
+    _SHAPES[(id(schema), id(defs))] = (schema, defs, shape)  # holding both keeps their ids from being reused
+    return shape
+
+
+def _exact(value: Any, schema: dict[str, Any], defs: dict[str, Any], key: str) -> Any:
+    types, properties, items = _shape(schema, defs)
     if value is None and "null" in types:
         return value
     if "object" in types and isinstance(value, str) and value.lstrip().startswith("{"):
@@ -69,11 +96,9 @@ def _exact(value: Any, schema: dict[str, Any], defs: dict[str, Any], key: str) -
         except (ValueError, RecursionError):
             raise InputError("a string here must be a JSON object", key=key or None) from None
     if isinstance(value, dict):
-        properties: dict[str, Any] = next((b["properties"] for b in branches if "properties" in b), {})
         return {k: _exact(v, properties[k], defs, f"{key}.{k}" if key else k) if k in properties else v
                 for k, v in value.items()}
     if isinstance(value, list):
-        items = next((b.get("items", {}) for b in branches if "array" in _types([b])), None)
         return value if items is None else [_exact(v, items, defs, f"{key}[{i}]") for i, v in enumerate(value)]
     if "integer" in types and "number" not in types:
         return _integer(value, key)

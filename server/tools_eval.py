@@ -105,7 +105,7 @@ def tools(session: Session) -> list[Callable]:
 
     def evaluation(config: TrialConfig, fidelity: Fidelity, origin: str) -> Evaluation:
         record, cached = session.evaluate(config, fidelity, origin)
-        line = session.ledger.budget_status(record.run_id)[fidelity]
+        line = session.ledger.budget_line(record.run_id, fidelity)
         return Evaluation(trial_id=record.id, cached=cached, fidelity=fidelity, budget=line, result=record.result,
                           calibrated=record.calibrated)
 

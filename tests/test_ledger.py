@@ -198,6 +198,8 @@ def test_unknown_run_is_a_clear_error(led, workload):
         led.record_trial(42, cfg, result_for(cfg), fidelity="simulate", wall_ms=1.0, origin="user")
     with pytest.raises(InputError, match="no run 42"):
         led.budget_status(42)
+    with pytest.raises(InputError, match="no run 42"):
+        led.budget_line(42, "simulate")
 
 
 # ---- trials, dedupe, budget -----------------------------------------------------------------------
@@ -234,6 +236,7 @@ def test_dedupe_same_fidelity_is_cached_and_free_higher_fidelity_is_new(led, wor
     assert (status["simulate"].spent, status["simulate"].limit, status["simulate"].left) == (1, 5, 4)
     assert (status["benchmark"].spent, status["benchmark"].left) == (1, 0)
     assert (status["memory_only"].spent, status["memory_only"].limit, status["memory_only"].left) == (1, None, None)
+    assert all(led.budget_line(run.id, f) == line for f, line in status.items())  # the tools read one line
     stored = led.trials(run.id)
     assert [t.fidelity for t in stored] == ["simulate", "memory_only", "benchmark"]
     assert stored[0].result == result_for(cfg) and stored[0].config == cfg.model_dump()
@@ -284,9 +287,11 @@ def test_record_trial_checks_fidelity_and_key(led, workload, cluster):
     with pytest.raises(ValueError, match="unknown fidelity"):
         led.record_trial(run.id, cfg, result_for(cfg), fidelity="guess", wall_ms=1.0, origin="user")
     assert led.trials(run.id) == []
-    first = led.record_trial(run.id, cfg, result_for(cfg, tps=1.0), fidelity="simulate", wall_ms=1.0, origin="a")
+    first = led.record_trial(run.id, cfg, result_for(cfg, tps=1.0), fidelity="simulate", wall_ms=1, origin="a")
     again = led.record_trial(run.id, cfg, result_for(cfg, tps=2.0), fidelity="simulate", wall_ms=1.0, origin="b")
     assert again == first and len(led.trials(run.id)) == 1  # the first record of a (config, fidelity) wins
+    # the record handed back as written is the one read back, field for field and type for type
+    assert [(k, type(v)) for k, v in first] == [(k, type(v)) for k, v in led.trial(run.id, first.id)]
 
 
 def test_best_is_the_fastest_legal_fitting_trial(led, workload, cluster):
