@@ -57,7 +57,8 @@ def test_a_silent_provider_ends_the_phase_in_bounds_with_the_seed_winner_and_all
 def test_no_call_starts_once_the_phase_clock_is_spent():
     """The phase's wall clock (`BoundedLM.deadline`, a monotonic time) moved to the past, as 30 s of phase
     would: the next call ends the phase, naming the bound and where it was set, and nothing is sent."""
-    lm = BoundedLM("openai/silent", LLMBounds(call_timeout_s=2, max_tokens=64, retries=0, phase_timeout_s=30))
+    lm = BoundedLM("openai/silent", LLMBounds(call_timeout_s=2, max_tokens=64, retries=0, phase_timeout_s=30,
+                                              context_window=8192))  # set: no look-up in LiteLLM's table
     lm.deadline -= 30
     with pytest.raises(PhaseStop, match=r"the LLM phase's wall clock \(30 s, agent.llm.phase_timeout_s\) is spent"):
         lm(messages=[{"role": "user", "content": "hi"}])
