@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from dspy.utils import DummyLM
@@ -143,20 +142,18 @@ def test_rlm_rounds_through_the_local_interpreter_and_a_dead_or_spinning_worker_
         {"reasoning": "spin", "code": "while True:\n    pass"},  # round 3: a loop that never ends
     ]
     notes: list[str] = []
-    start = time.monotonic()
     with served(tmp_path, rounds=3) as (server, ledger, run_id):
         report = investigate_with(server, ledger, run_id, DummyLM(answers), notes, agent_loop="rlm",
                                   allow_local_interpreter=True, calls_per_round=4, call_timeout_s=3)
         by_origin = origins(ledger, run_id)
         scratchpad = [n.text for n in ledger.notes(run_id)]
-    elapsed = time.monotonic() - start
     assert notes[0].startswith("WARNING: --allow-local-interpreter")
     first, dead, spinning = report.rounds
     assert (first.status, first.findings, first.next_hypothesis) == ("ok", "tp=2 with fp8 is legal", "cp=2")
     assert [t.config["tp"] for t in by_origin["llm:round1"]] == [2] and first.simulate_calls == 1
     assert "rlm: tp=2 fp8 probed" in scratchpad
     assert dead.status == spinning.status == "failed" and "CodeInterpreterError" in dead.error
-    assert "time" in spinning.error.lower() and elapsed < 60  # the 3 s execution bound, not for ever
+    assert "exceeded execution timeout of 3 seconds" in spinning.error  # the call's bound, applied to the code
     workers = subprocess.run(["pgrep", "-f", "local_interpreter_worker.py"], capture_output=True, text=True)
     assert workers.stdout.strip() == ""  # no worker outlives its round
 

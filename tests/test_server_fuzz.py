@@ -1,12 +1,12 @@
 """Fuzz over a real stdio transport: over a thousand tool calls generated from the tools' own input schemas,
 each argument well-formed or hostile (huge, negative, inexact, control characters, megabyte strings, wrong
-types), each answered within a deadline, in at most 64 KB, with no traceback and no bare internal error; the
-server keeps serving and exits cleanly at the end of its input."""
+types), each answered (a wait that guards against a hang, not a speed: `benchmarks/mcp_roundtrip.py` times
+calls), in at most 64 KB, with no traceback and no bare internal error; the server keeps serving and exits
+cleanly at the end of its input."""
 
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from .test_server_common import stdio_server
 
 CALLS = 1100
-DEADLINE_S = 20.0  # per answer, on a loaded machine; the server's own per-call deadlines are longer only for searches
+HANG_S = 120.0  # per answer: past the server's own deadline for a non-search call (server/offload.py LAYOUT_S, 60 s);
+# the searches generated here are of the small inputs' space
 MAX_ANSWER = 64 * 1024
 # Tools whose valid calls take a tenth of a second to seconds (plots, searches): one call in twenty.
 SLOW = {"export_best", "sweep", "run_seed_plan", "explain"}
@@ -92,27 +93,26 @@ def test_generated_calls_are_answered_quickly_small_and_clean(tmp_path):
     with stdio_server(tmp_path) as wire:
         next_id = iter(range(1, 10**9))
 
-        def request(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], int, float]:
-            """The answer to one request, its size on the wire and how long it took."""
+        def request(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], int]:
+            """The answer to one request and its size on the wire."""
             rid = next(next_id)
             wire.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).encode())
-            start = time.monotonic()
             while True:
-                line = wire.receive_line(timeout=DEADLINE_S - (time.monotonic() - start))
+                line = wire.receive_line(timeout=HANG_S)
                 answer = json.loads(line)
                 if answer.get("id") == rid:
-                    return answer, len(line), time.monotonic() - start
+                    return answer, len(line)
 
         tools = request("tools/list", {})[0]["result"]["tools"]
-        seen: list[tuple[str, float, int]] = []
+        seen: list[tuple[str, int]] = []
 
         @settings(max_examples=CALLS, deadline=None, database=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
         @given(calls(tools))
         def fuzz(call: tuple[str, dict[str, Any]]) -> None:
             name, args = call
-            answer, size, seconds = request("tools/call", {"name": name, "arguments": args})
-            seen.append((name, seconds, size))
+            answer, size = request("tools/call", {"name": name, "arguments": args})
+            seen.append((name, size))
             text = json.dumps(answer)
             assert size <= MAX_ANSWER, (name, size)
             assert "Traceback" not in text and f"{name}: {name}:" not in text, text[:2000]
@@ -121,14 +121,10 @@ def test_generated_calls_are_answered_quickly_small_and_clean(tmp_path):
                 message = result["content"][0]["text"]
                 assert "internal error" not in message and "\n" not in message, (name, args, message[:2000])
 
-        start = time.monotonic()
         fuzz()
-        wall = time.monotonic() - start
         assert len(seen) >= 1000
-        slowest = max(seen, key=lambda s: s[1])
-        largest = max(seen, key=lambda s: s[2])
-        print(f"\nfuzz over stdio: {len(seen)} calls, {len(seen)} answered, slowest {slowest[1]:.2f} s ({slowest[0]}), "
-              f"largest {largest[2]:,} B ({largest[0]}), {len({s[0] for s in seen} & {t['name'] for t in tools})} "
-              f"tools, {wall:.1f} s")
+        largest = max(seen, key=lambda s: s[1])
+        print(f"\nfuzz over stdio: {len(seen)} calls answered, largest {largest[1]:,} B ({largest[0]}), "
+              f"{len({s[0] for s in seen} & {t['name'] for t in tools})} tools")
         assert "tools" in request("tools/list", {})[0]["result"]  # still serving
     assert "Traceback" not in (tmp_path / "stderr.txt").read_text()

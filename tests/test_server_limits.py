@@ -6,12 +6,15 @@ class, no ledger path in an answer."""
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
+import tracemalloc
 
 import anyio
 import pytest
@@ -33,33 +36,30 @@ from .conftest import example
 from .test_server_common import LLAMA8B, MI300X_1N, PARATUNE, in_process, portal_client, stdio_server
 
 
-def test_the_audits_reproducers_are_answered_in_time_over_stdio(tmp_path):
+def test_the_audits_reproducers_are_answered_over_stdio_and_the_server_goes_on(tmp_path):
+    """Each is refused before any work (their timings: `benchmarks/mcp_refusals.py`); a request that stalled the
+    server would leave the next one unanswered (`receive` waits 30 s for a hang, not for a speed)."""
     os.mkfifo(tmp_path / "config.json")
     (tmp_path / "fifo.yaml").write_text("extends: config.json\nglobal_batch_size: 8\n")
     with stdio_server(tmp_path) as wire:
-        def call(rid: int, tool: str, arguments: dict) -> tuple[dict, float]:
-            start = time.monotonic()
+        def call(rid: int, tool: str, arguments: dict) -> dict:
             wire.send(json.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
                                   "params": {"name": tool, "arguments": arguments}}).encode())
             answer = wire.receive(timeout=30)
             assert answer["id"] == rid
-            return answer["result"], time.monotonic() - start
+            return answer["result"]
 
-        call(1, "get_budget_status", {})  # the server's imports, out of the timings below
-        start = time.monotonic()
-        huge, _ = call(2, "evaluate_simulate", {"config": {"pp": 2**64 + 1}})
-        after, _ = call(3, "get_budget_status", {})
-        both_s = time.monotonic() - start
-        path, path_s = call(4, "open_run", {"workload": "a/" * 500_000, "cluster": "inputs/cluster.yaml"})
-        out, out_s = call(5, "export_best", {"out_dir": "a/" * 500_000})
-        fifo, fifo_s = call(6, "open_run", {"workload": "fifo.yaml", "cluster": "inputs/cluster.yaml"})
-    print(f"\npp=2^64+1 then get_budget_status: {both_s:.3f} s; 1 MB path: open_run {path_s:.3f} s, export_best "
-          f"{out_s:.3f} s; FIFO config.json: {fifo_s:.3f} s")
+        huge = call(1, "evaluate_simulate", {"config": {"pp": 2**64 + 1}})
+        after = call(2, "get_budget_status", {})
+        path = call(3, "open_run", {"workload": "a/" * 500_000, "cluster": "inputs/cluster.yaml"})
+        out = call(4, "export_best", {"out_dir": "a/" * 500_000})
+        fifo = call(5, "open_run", {"workload": "fifo.yaml", "cluster": "inputs/cluster.yaml"})
+        last = call(6, "get_budget_status", {})
     assert huge["isError"] and "config.pp" in huge["content"][0]["text"] and not after["isError"]
-    assert both_s < 5.0
-    assert path["isError"] and "over the system's limit" in path["content"][0]["text"] and path_s < 1.0
-    assert out["isError"] and out_s < 1.0
-    assert fifo["isError"] and "not a regular file" in fifo["content"][0]["text"] and fifo_s < 1.0
+    assert json.loads(after["content"][0]["text"]) == json.loads(last["content"][0]["text"])  # nothing was spent
+    assert path["isError"] and "over the system's limit" in path["content"][0]["text"]
+    assert out["isError"]
+    assert fifo["isError"] and "not a regular file" in fifo["content"][0]["text"] and not last["isError"]
 
 
 @pytest.mark.parametrize(("knobs", "key", "words"), [
@@ -94,11 +94,17 @@ def test_knobs_a_legal_layout_has_pass_the_bounds():
                                                                 recompute_num_layers=80))
 
 
-def test_a_layout_that_would_expand_to_gigabytes_is_refused_at_once():
-    start = time.monotonic()
-    with pytest.raises(SplitError, match="expands past"):
-        parse_layout("E|(t|)*99999999999L")
-    assert time.monotonic() - start < 1.0
+def test_a_layout_that_would_expand_to_gigabytes_is_refused_before_it_is_expanded():
+    """Refused from the pattern's counts, before anything is built: the parse allocates kilobytes, not the
+    ~200 GB the expansion would take (tracemalloc counts every Python allocation, deterministic)."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(SplitError, match="expands past"):
+            parse_layout("E|(t|)*99999999999L")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
 
 
 @pytest.mark.parametrize(("value", "decoded"), [(2, 2), ("2", 2), ("-3", -3)])
@@ -138,16 +144,36 @@ def test_booleans_are_true_false_or_exactly_their_words():
             exact_arguments({"resume": value}, schema)
 
 
-def test_reads_refuse_fifos_nul_bytes_and_over_long_paths_at_once(tmp_path):
-    os.mkfifo(tmp_path / "config.json")
-    start = time.monotonic()
-    with pytest.raises(InputError, match="not a regular file"):
-        read_text(tmp_path / "config.json")
+@functools.cache
+def _opened_without_blocking() -> set[str]:
+    """Paths that must be opened with O_NONBLOCK, where a FIFO's open would wait for a writer that never comes:
+    an audit hook (installed once per process, a no-op for any other path) fails a blocking open of one
+    there and then."""
+    watched: set[str] = set()
+
+    def hook(event: str, args: tuple) -> None:
+        if event == "open" and isinstance(args[0], str) and args[0] in watched and not (
+                isinstance(args[2], int) and args[2] & os.O_NONBLOCK):
+            raise AssertionError(f"{args[0]} was opened blocking (flags {args[2]!r})")
+
+    sys.addaudithook(hook)
+    return watched
+
+
+def test_reads_refuse_fifos_nul_bytes_and_over_long_paths_without_waiting(tmp_path):
+    fifo = str(tmp_path / "config.json")
+    os.mkfifo(fifo)
+    watched = _opened_without_blocking()
+    watched.add(fifo)
+    try:
+        with pytest.raises(InputError, match="not a regular file"):
+            read_text(fifo)
+    finally:
+        watched.discard(fifo)
     with pytest.raises(InputError, match="U\\+0000"):
         usable("a\x00b", key="extends")
     with pytest.raises(InputError, match="over the system's limit"):
         read_text("a/" * 500_000)
-    assert time.monotonic() - start < 1.0
 
 
 def test_each_failure_class_has_its_own_sentence():
@@ -160,11 +186,13 @@ def test_each_failure_class_has_its_own_sentence():
 
 
 def test_a_call_past_its_deadline_answers_and_its_work_stops():
+    """The answer comes at the deadline, not when the work ends: work that would run 10,000 steps (~100 s)
+    unless stopped is answered with the deadline's message and then stops at its next step."""
     stopped = threading.Event()
 
     def spin() -> None:
         try:
-            while True:
+            for _ in range(10_000):
                 checkpoint()
                 time.sleep(0.01)
         except Cancelled:
@@ -175,12 +203,11 @@ def test_a_call_past_its_deadline_answers_and_its_work_stops():
             await off_loop(spin, what="the spin", deadline_s=0.3)
         except ToolError as exc:
             return str(exc)
-        return ""
+        return "the work ran to its end"
 
-    start = time.monotonic()
     message = anyio.run(main)
-    assert "the spin did not finish within 0.3 s" in message and time.monotonic() - start < 5.0
-    assert stopped.wait(5.0)
+    assert "the spin did not finish within 0.3 s and was stopped" in message
+    assert stopped.wait(60)  # a hang guard only: the flag is set before the answer, the next step sees it
 
 
 def test_a_stopped_sweep_ends_between_layouts():

@@ -6,7 +6,6 @@ A real `paratune serve` over stdio, LiteLLM pointed at a loopback socket that ac
 from __future__ import annotations
 
 import os
-import time
 
 import anyio
 import yaml
@@ -15,7 +14,7 @@ from mcp import Client, StdioServerParameters
 from .test_server_common import PARATUNE, silent_listener, small_inputs
 
 CALLS = 50
-LIMIT_S = 10.0  # above LiteLLM's import time (~3-5 s here), so the calls reach the socket
+LIMIT_S = 10.0  # each call's limit; LiteLLM is imported (by a first call) before the timed calls start
 
 
 def test_a_silent_provider_times_out_each_call_and_the_server_keeps_answering(tmp_path):
@@ -28,7 +27,6 @@ def test_a_silent_provider_times_out_each_call_and_the_server_keeps_answering(tm
     env.pop("LLM_MODEL", None)
     params = StdioServerParameters(command=PARATUNE, env=env, args=[
         "serve", "--workload", str(workload), "--target-cluster", str(cluster), "--ledger", str(tmp_path / "l.sqlite")])
-    ends: list[float] = []
 
     async def session():
         async with Client(params) as client:
@@ -36,30 +34,36 @@ def test_a_silent_provider_times_out_each_call_and_the_server_keeps_answering(tm
 
             async def ask(i: int) -> None:
                 results.append(await client.call_tool("query_llm", {"prompt": f"call {i}"}))
-                ends.append(time.monotonic() - start)
 
-            start = time.monotonic()
             async with anyio.create_task_group() as tg:
+                # a first call imports LiteLLM in the server (seconds, more on a loaded machine): the calls
+                # below start once it has reached the provider, so each can reach it within its limit
+                tg.start_soon(client.call_tool, "query_llm", {"prompt": "first"})
+                with anyio.fail_after(300):  # a hang guard
+                    while not held:
+                        await anyio.sleep(0.1)
+                reached_first = len(held)
                 for i in range(CALLS):
                     tg.start_soon(ask, i)
                 await anyio.sleep(0.5)  # every call is in flight or queued
-                t = time.monotonic()
                 await client.list_tools()
-                ping_s = time.monotonic() - t
                 budget = await client.call_tool("get_budget_status", {})
-            return results, ping_s, budget
+                ended_before = len(results)  # LLM calls answered before the server answered these two
+            return results, ended_before, budget, reached_first
 
     try:
-        results, ping_s, budget = anyio.run(session)
+        results, ended_before, budget, reached_first = anyio.run(session)
     finally:
         listener.close()
         for conn in held:
             conn.close()
-    assert ping_s < 1.0 and not budget.is_error  # answered while 50 LLM calls hang
+    assert ended_before == 0 and not budget.is_error  # answered while 50 LLM calls hang
     assert len(results) == CALLS and all(r.is_error for r in results)
-    assert all(f"did not answer within {LIMIT_S:g} s" in r.content[0].text for r in results)
-    assert max(ends) < LIMIT_S + 2.0  # each ended within its limit (queueing included), plus process slack
-    assert held  # the provider was really reached
+    # each ended by the tool's own deadline (server/offload.py: its timer counts the wait for a thread of the
+    # LLM pool), not by LiteLLM's timeout, which a queued call would reach only after its wait; that the
+    # deadline answers at once is test_server_limits.py's test_a_call_past_its_deadline_answers_...
+    assert all(f"did not answer within {LIMIT_S:g} s (agent.llm.timeout_s)" in r.content[0].text for r in results)
+    assert len(held) > reached_first  # the 50 calls reached the provider too
 
 
 OFFLINE_PROBE = """

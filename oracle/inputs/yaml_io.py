@@ -14,6 +14,9 @@ from pydantic import BaseModel, ValidationError
 from ..errors import InputError, clip
 from .read_guard import read_text
 
+# libyaml's parser when PyYAML was built with it (the wheels are): the same safe constructors as yaml.safe_load,
+# ~10x faster on the Primus tree's module files (a published experiment reads ~40 of them)
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 
 
@@ -21,7 +24,7 @@ def read_yaml(path: str | Path) -> Any:
     """Parse a YAML file; a missing or unreadable file or a syntax error names the file (and line, column)."""
     text = read_text(path)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_LOADER)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

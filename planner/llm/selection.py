@@ -61,6 +61,10 @@ def resolve_llm(cluster_model: str | None) -> LLMConfig:
     config = config.model_copy(update={"credentials": ", ".join(f"{n} ({source_of(n)})" for n in found)})
     if config.model.startswith("openai/") and os.environ.get("OPENAI_API_BASE"):
         return config.model_copy(update={"api_base": os.environ["OPENAI_API_BASE"]})
+    if config.source == "default" and "OPENAI_API_KEY" not in os.environ:
+        # no model named and no OpenAI key: LiteLLM's answer (litellm/utils.py validate_environment, openai:
+        # OPENAI_API_KEY), without importing it (seconds) in every run that has no LLM
+        raise _missing(config, ["OPENAI_API_KEY"])
     try:
         import litellm
     except ImportError:
@@ -68,9 +72,13 @@ def resolve_llm(cluster_model: str | None) -> LLMConfig:
                                "(pip install 'paratune[llm]')") from None
     missing = litellm.validate_environment(config.model).get("missing_keys") or []
     if missing:
-        raise LLMNotConfigured(f"LLM {config.model} (from {config.source}) needs {', '.join(missing)} in the "
-                               "environment")
+        raise _missing(config, missing)
     return config
+
+
+def _missing(config: LLMConfig, keys: list[str]) -> LLMNotConfigured:
+    """The error for a model whose credentials are missing, naming the variables."""
+    return LLMNotConfigured(f"LLM {config.model} (from {config.source}) needs {', '.join(keys)} in the environment")
 
 
 def dry_run_llm() -> LLMConfig:
