@@ -84,7 +84,7 @@ class EffectiveConfig(BaseModel):
     optimizer_offload_fraction: float
     data_parallel_sharding_strategy: ShardingStrategy
     moe_permute_fusion: bool
-    moe_use_legacy_grouped_gemm: bool
+    moe_use_legacy_grouped_gemm: bool = False  # a default: ledger rows written before it was modelled load
     fp8_recipe: str
     moe_shared_expert_overlap: bool
     cuda_graph_scope: tuple[str, ...] | None
