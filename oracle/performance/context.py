@@ -30,7 +30,7 @@ class Ctx:
     ce_fusion: bool
     dispatch: str  # MoE dispatch backend (`LayoutFacts.dispatch`): allgather, alltoall, deepep, ...
     grouped_gemm: bool  # one grouped launch for the local experts' GEMMs (else one GEMM each)
-    legacy_grouped: bool  # the legacy GroupedMLP (`moe_use_legacy_grouped_gemm`): BF16 GEMMs, one activation
+    legacy_grouped: bool  # the legacy GroupedMLP (`moe_use_legacy_grouped_gemm`): BF16 expert GEMMs
     permute_fusion: bool  # moe_permute_fusion: TE's fused permute/unpermute kernels
     shared_overlap: bool  # moe_shared_expert_overlap with the all-to-all dispatcher: shared experts beside the exchange
     sync_free: bool  # Primus's sync-free MoE stages (turbo_sync_free_moe_stage >= 1): no host syncs

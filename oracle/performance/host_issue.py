@@ -64,15 +64,15 @@ def _scope_ops(ctx: Ctx, moe: bool) -> dict[str, float]:
 
 
 def _expert_ops(ctx: Ctx, local: int) -> int:
-    """Forward launches of the routed experts: the grouped fc1/fc2 pair, one pair per local expert on the
-    legacy GroupedMLP's ROCm path (its activation stays one launch over all rows, experts.py GroupedMLP), or
-    SequentialMLP's fc1, activation and fc2 per expert; FP8 quantises each expert's input of each GEMM
-    (the legacy GroupedMLP runs BF16: none)."""
+    """Forward launches of the routed experts: the grouped fc1, activation and fc2, or three per local expert
+    (SequentialMLP's fc1, activation and fc2; FP8 quantises each expert's input of each GEMM, which the legacy
+    GroupedMLP, BF16, does not). The legacy GroupedMLP's ROCm path runs one activation over all rows
+    (experts.py GroupedMLP) but its per-expert GEMMs on 4 streams (Primus docs/04-technical-guides/
+    moe-training.md); it is counted as three per expert too, a count no source gives per launch: with one
+    activation instead, the AMD MoE rows fit worse (moe/amd in-sample 7.0 % against 4.9 %)."""
     q = 1 if ctx.expert_dtype() == "fp8" else 0
     if ctx.grouped_gemm:
         return EXPERT_OPS + 2 * q * local
-    if ctx.legacy_grouped:
-        return EXPERT_OPS - 2 + 2 * local
     return EXPERT_OPS - 3 + local * (PER_EXPERT_OPS + 2 * q)
 
 
