@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -21,7 +22,8 @@ from mcp import Client, StdioServerParameters
 
 from paratune.ledger import Ledger
 from paratune.oracle.evaluate import evaluate_simulate
-from paratune.oracle.inputs import load_cluster, load_workload
+from paratune.server.paths import AllowedRoots
+from paratune.server.session import Session
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -31,24 +33,28 @@ PARATUNE = str(Path(sys.executable).parent / "paratune")
 
 
 def fill(path: Path, trials: int) -> None:
-    """A ledger with one run of `trials` trials (distinct keys, one real result), written in one go."""
-    w, c = load_workload(WORKLOAD), load_cluster(CLUSTER)
-    result = evaluate_simulate(w, c).model_dump_json()
-    cfg = json.dumps(w.effective().model_dump(mode="json"), sort_keys=True)
+    """A ledger with one run of `trials` trials (distinct keys, one real result), written in one go: the run that
+    `serve --workload --target-cluster` resumes, opened as the server opens it (the workload pinned to the cluster's
+    stack, so its stored form, and hash, is the server's)."""
     with Ledger(path) as ledger:
-        run = ledger.open_run(w, c)
+        active = Session(ledger, AllowedRoots([])).open_run(WORKLOAD, CLUSTER, confined=False)
+        w, c = active.workload, active.cluster
+        result = evaluate_simulate(w, c).model_dump_json()
+        cfg = json.dumps(w.effective().model_dump(mode="json"), sort_keys=True)
         conn = ledger._conn  # bulk insert: the benchmark's set-up, not the code under test
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO trials (run_id, config_key, config_json, fidelity, result_json, legal, fits, "
             "tokens_per_s_per_gpu, memory_per_gpu_gb, wall_ms, origin) VALUES (?, ?, ?, 'simulate', ?, 1, 1, ?, 40.0, "
-            "1.0, 'bench')", [(run.id, f"k{i}", cfg, result, 1000.0 + i) for i in range(trials)])
+            "1.0, 'bench')", [(active.run.id, f"k{i}", cfg, result, 1000.0 + i) for i in range(trials)])
         conn.execute("COMMIT")
 
 
 async def measure(ledger: Path, calls: int) -> tuple[list[float], list[float], int]:
-    params = StdioServerParameters(command=PARATUNE, args=["serve", "--workload", str(WORKLOAD), "--target-cluster",
-                                                           str(CLUSTER), "--ledger", str(ledger)])
+    params = StdioServerParameters(
+        command=PARATUNE, args=["serve", "--workload", str(WORKLOAD), "--target-cluster", str(CLUSTER), "--ledger",
+                                str(ledger)],
+        env=dict(os.environ))  # the SDK's default keeps only HOME, PATH, ...: PYTHONPATH picks the code measured
     history, page = [], []
     async with Client(params) as client:
         first = await client.call_tool("get_history", {"k": 5})
@@ -73,6 +79,7 @@ def main() -> None:
         path = Path(tmp) / "ledger.sqlite"
         fill(path, args.trials)
         history, page, total = anyio.run(measure, path, args.calls)
+    assert total == args.trials, f"the server's run holds {total} trials, not the {args.trials} written"
     q = statistics.quantiles(history, n=20)
     print(f"history_p50_ms={statistics.median(history):.2f} history_p95_ms={q[18]:.2f} "
           f"page_p50_ms={statistics.median(page):.2f} trials={total}")
