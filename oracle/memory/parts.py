@@ -104,9 +104,9 @@ def setting_part(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -
     rec = facts.recompute
     fp8 = c["fp8"] is not None
     w_sharded, g_sharded, o_sharded = map(float, facts.sharding)
-    nums = (w_sharded, g_sharded, o_sharded, grad_bytes(cfg), optimizer_bytes(cfg), float(fp8 and c["fp8_param_gather"]),
-            float(fp8), float(facts.dispatch in FLEX_BACKENDS),  # the flex dispatcher's buffers (DeepEP, HybridEP, Turbo)
-            float(facts.dispatch == ALLGATHER))
+    flex = facts.dispatch in FLEX_BACKENDS  # the flex dispatcher's buffers (DeepEP, HybridEP, Turbo DeepEP)
+    nums = (w_sharded, g_sharded, o_sharded, grad_bytes(cfg), optimizer_bytes(cfg),
+            float(fp8 and c["fp8_param_gather"]), float(fp8), float(flex), float(facts.dispatch == ALLGATHER))
     return SettingPart(nums, (rec.modules, fp8, rec.recomputes_mtp(model.num_layers), c["cross_entropy_loss_fusion"]),
                        (rec, c["overlap_moe_expert_parallel_comm"]))
 

@@ -11,13 +11,15 @@ if it passes. The result equals scoring every fitting point, ties broken by conf
 
 A worker takes the layouts in blocks (1, 2, 4, ... up to `SCORE_BLOCK`, best bounds first: small blocks fill
 its top-k early) and runs each step over the whole block at once (issue 26): the layout test against the
-top-k as the block starts, the memory of every point of the layouts left (`estimate_memory_batch`, numpy), the
+top-k as the block starts, the memory of every point of the layouts left (`estimate_points`, numpy), the
 bounds of the groups with a fitting point (`iteration_bounds`), and the simulation of the points left
 (`simulated_tokens_per_s_per_gpu_batch`: the timelines of one pipeline program run over arrays); each
 batched call equals its scalar one to the last bit, so only which points are skipped depends on the blocks,
-never the top-k. Per-point Python objects remain: every point of a scored layout gets its `EffectiveConfig`, its fields
-merged from the layout's and the feature setting's (`space.layout_configs`: `resolve` runs per layout and per
-setting, not per point).
+never the top-k. A point is a (layout, feature setting) pair of index arrays (`space.point_ids`): its memory
+and its group come from the layout's and the setting's parts (`oracle.memory.parts`, one of each per layout
+and per setting), and its `EffectiveConfig` is built (`space.point_configs`: the layout's fields from one
+`resolve` of the layout, the feature fields from one per setting) only where the bounds need one, the first
+fitting point of a group, and for each point that is simulated.
 
 With `within` (the oracle's stated error, which the robust pick chooses within, `planner/search/pick.py`), the
 sweep ranks `KEEP` more points than the top-k and returns those of them within that share of the best
@@ -88,7 +90,8 @@ T = TypeVar("T")
 
 def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
     m = menu(workload, cluster)
-    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=m, variants=bound_variants(m), settings={})
+    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=m, variants=bound_variants(m),
+                settings={})
 
 
 def _knobs(layout: dict) -> tuple:
@@ -143,7 +146,6 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     """(layouts, points, fits, scored, pruned, entries into this worker's top-k) of a block of layouts with
     their bounds, each step over the whole block at once (module doc)."""
     workload, cluster, top, m = _CTX["workload"], _CTX["cluster"], _CTX["top"], _CTX["menu"]
-    model = workload.model
     points = pruned = 0
     layouts: list[dict] = []
     ids: list[np.ndarray] = []
@@ -158,23 +160,15 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     bases = [base_config(workload, x) for x in layouts]
     li = np.repeat(np.arange(len(layouts)), [len(x) for x in ids])
     si = np.concatenate(ids) if ids else np.zeros(0, dtype=np.intp)
-    for layout, base, these in zip(layouts, bases, ids):
-        for i in set(these.tolist()) - _CTX["settings"].keys():
-            _setting(i, layout, base)
-    used, local = np.unique(si, return_inverse=True)
-    settings = [_CTX["settings"][i] for i in used.tolist()]
-    memory = estimate_points(model, cluster, [layout_part(model, b, cluster) for b in bases],
-                             [part for part, _ in settings], li, local.reshape(-1)).total_gb
-    fitting = np.flatnonzero(memory <= cluster.memory_cap_gb)
 
     def config(k: int) -> EffectiveConfig:
         return point_configs(workload, m, layouts[li[k]], bases[li[k]], [si[k]])[0]
 
-    survivors = _unbeaten(fitting, _group_keys(layouts, settings, li, local.reshape(-1)), config) if _full() else fitting
+    fitting, groups = _fitting(layouts, bases, ids, li, si)
+    survivors = _unbeaten(fitting, groups, config) if _full() else fitting
     cfgs = [config(k) for k in survivors.tolist()]
-    rates = simulated_tokens_per_s_per_gpu_batch(model, cfgs, cluster)
     entered: list[Ranked] = []
-    for cfg, tps in zip(cfgs, rates):
+    for cfg, tps in zip(cfgs, simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster)):
         item = (tps, cfg.key, cfg)
         if len(top) < _CTX["top_k"]:
             heapq.heappush(top, item)
@@ -186,12 +180,24 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     return len(tasks), points, len(fitting), len(survivors), pruned + len(fitting) - len(survivors), entered
 
 
-def _group_keys(layouts: list[dict], settings: list[tuple], li: np.ndarray, local: np.ndarray) -> np.ndarray:
-    """An integer per point, equal for two points of one layout in one group (`_setting`)."""
+def _fitting(layouts: list[dict], bases: list[EffectiveConfig], ids: list[np.ndarray], li: np.ndarray,
+             si: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points (layout `li`, setting `si`) that fit in memory (`estimate_points`), and every point's group
+    key: an integer, equal for two points of one layout in one group (`_setting`)."""
+    workload, cluster = _CTX["workload"], _CTX["cluster"]
+    for layout, base, these in zip(layouts, bases, ids):
+        for i in set(these.tolist()) - _CTX["settings"].keys():
+            _setting(i, layout, base)
+    used, local = np.unique(si, return_inverse=True)
+    local = local.reshape(-1)
+    settings = [_CTX["settings"][i] for i in used.tolist()]
+    memory = estimate_points(workload.model, cluster, [layout_part(workload.model, b, cluster) for b in bases],
+                             [part for part, _ in settings], li, local).total_gb
     codes: dict[tuple, int] = {}
-    table = np.array([[codes.setdefault(g, len(codes)) for g in groups] for _, groups in settings], dtype=np.intp).reshape(-1, 4)
+    table = np.array([[codes.setdefault(g, len(codes)) for g in groups] for _, groups in settings],
+                     dtype=np.intp).reshape(-1, 4)
     sizes = np.array([2 * (x["tp"] > 1) + (x["ep"] > 1) for x in layouts], dtype=np.intp)
-    return li * len(codes) + table[local, sizes[li]]
+    return np.flatnonzero(memory <= cluster.memory_cap_gb), li * len(codes) + table[local, sizes[li]]
 
 
 def _unbeaten(fitting: np.ndarray, groups: np.ndarray, config: Callable[[int], EffectiveConfig]) -> np.ndarray:
