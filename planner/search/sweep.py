@@ -164,7 +164,8 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     def config(k: int) -> EffectiveConfig:
         return point_configs(workload, m, layouts[li[k]], bases[li[k]], [si[k]])[0]
 
-    fitting, groups = _fitting(layouts, bases, ids, li, si)
+    memory, groups = _memory_and_groups(layouts, bases, ids, li, si)
+    fitting = np.flatnonzero(memory <= cluster.memory_cap_gb)
     survivors = _unbeaten(fitting, groups, config) if _full() else fitting
     cfgs = [config(k) for k in survivors.tolist()]
     entered: list[Ranked] = []
@@ -180,10 +181,11 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     return len(tasks), points, len(fitting), len(survivors), pruned + len(fitting) - len(survivors), entered
 
 
-def _fitting(layouts: list[dict], bases: list[EffectiveConfig], ids: list[np.ndarray], li: np.ndarray,
-             si: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The points (layout `li`, setting `si`) that fit in memory (`estimate_points`), and every point's group
-    key: an integer, equal for two points of one layout in one group (`_setting`)."""
+def _memory_and_groups(layouts: list[dict], bases: list[EffectiveConfig], ids: list[np.ndarray], li: np.ndarray,
+                       si: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The per-GPU memory (GiB, `estimate_points`) of the points (layout `layouts[li]` with setting `si`; `bases`:
+    the layouts' `base_config`, `ids`: their settings) and each point's group key: an integer, equal for two
+    points of one layout in one group (`_setting`)."""
     workload, cluster = _CTX["workload"], _CTX["cluster"]
     for layout, base, these in zip(layouts, bases, ids):
         for i in set(these.tolist()) - _CTX["settings"].keys():
@@ -197,7 +199,7 @@ def _fitting(layouts: list[dict], bases: list[EffectiveConfig], ids: list[np.nda
     table = np.array([[codes.setdefault(g, len(codes)) for g in groups] for _, groups in settings],
                      dtype=np.intp).reshape(-1, 4)
     sizes = np.array([2 * (x["tp"] > 1) + (x["ep"] > 1) for x in layouts], dtype=np.intp)
-    return np.flatnonzero(memory <= cluster.memory_cap_gb), li * len(codes) + table[local, sizes[li]]
+    return memory, li * len(codes) + table[local, sizes[li]]
 
 
 def _unbeaten(fitting: np.ndarray, groups: np.ndarray, config: Callable[[int], EffectiveConfig]) -> np.ndarray:
