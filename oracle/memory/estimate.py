@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..layout import layout_facts
 from ..model_shape import ModelShape, model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
 from .constants import (
@@ -67,7 +68,8 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     batch of one, its columns plain numbers (`_row` and `_terms` with the builtin `max`; numpy costs more
     than the arithmetic on one layout)."""
     g = model_shape(model)
-    lay, setting = layout_part(model, cfg, cluster), setting_part(model, cfg, cluster)
+    facts = layout_facts(model, cfg, cluster.world_size)
+    lay, setting = layout_part(model, cfg, cluster, facts), setting_part(model, cfg, cluster, facts)
     row = _row(g, lay.nums, setting.nums, act_entry(g, lay.acts, setting.acts))
     best = None
     for plan in plan_entry(g, lay.plans, setting.plans):

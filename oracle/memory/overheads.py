@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from ..model_shape import ModelShape
@@ -45,6 +46,7 @@ def comm_buffers(g: ModelShape, tp: Any, pp: Any, cp: Any, ep: Any, etp: Any, dp
     return groups * NCCL_BUFFER_BYTES_PER_GROUP, transient
 
 
+@lru_cache(maxsize=1024)
 def deepep_buffers(g: ModelShape, ep: int, etp: int, gpus_per_node: int) -> float:
     """DeepEP's NVLink (+ RDMA when the EP group spans nodes) buffers, bytes (see constants)."""
     if not g.is_moe or ep <= 1:

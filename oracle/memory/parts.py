@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from ..identity_cache import by_identity
-from ..layout import ALLGATHER, FLEX_BACKENDS, RecomputePlan, StageLayers, layout_facts
+from ..layout import ALLGATHER, FLEX_BACKENDS, LayoutFacts, RecomputePlan, StageLayers, layout_facts
 from ..model_shape import ModelShape, model_shape
 from ..param_count import edge_params, layer_params
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
@@ -63,11 +63,13 @@ class SettingPart(NamedTuple):
     plans: tuple[RecomputePlan, bool]  # recompute plan, EP overlap asked for
 
 
-def layout_part(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> LayoutPart:
-    """The layout's part of `cfg`'s memory: it reads `LAYOUT_FIELDS` only."""
+def layout_part(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, facts: LayoutFacts | None = None
+                ) -> LayoutPart:
+    """The layout's part of `cfg`'s memory (`facts`: its layout facts, if the caller has them): it reads
+    `LAYOUT_FIELDS` only."""
     g = model_shape(model)
     c = cfg.__dict__  # plain dict reads: pydantic attribute access is the slow part of a call
-    facts = layout_facts(model, cfg, cluster.world_size)
+    facts = facts or layout_facts(model, cfg, cluster.world_size)
     tp, pp, cp, ep, etp, vpp = c["tp"], c["pp"], c["cp"], c["ep"], c["etp"], facts.vpp
     sp = facts.sp
     tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
@@ -89,8 +91,9 @@ def layout_part(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) ->
                       (facts.chunks, pp, vpp, c["pp_schedule"], facts.microbatches_or_1, ep > 1 and vpp > 1 and pp > 1))
 
 
-def setting_part(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> SettingPart:
-    """The feature setting's part of `cfg`'s memory: it reads `SETTING_FIELDS` only.
+def setting_part(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, facts: LayoutFacts | None = None
+                 ) -> SettingPart:
+    """The feature setting's part of `cfg`'s memory (`facts` as in `layout_part`): it reads `SETTING_FIELDS` only.
 
     Bytes per parameter (state_bytes.py): bf16 weight, fp32 or bf16 main grad, optimizer state. The
     distributed optimizer shards the optimizer state over the gradient-reduction group, which is DP x CP
@@ -100,7 +103,7 @@ def setting_part(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -
     data_parallel_sharding_strategy names (optim, optim_grads, optim_grads_params). FP8 primary weights:
     the linear weights have no bf16 copy, only the FP8 one (state_bytes.py)."""
     c = cfg.__dict__
-    facts = layout_facts(model, cfg, cluster.world_size)
+    facts = facts or layout_facts(model, cfg, cluster.world_size)
     rec = facts.recompute
     fp8 = c["fp8"] is not None
     w_sharded, g_sharded, o_sharded = map(float, facts.sharding)
