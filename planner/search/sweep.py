@@ -168,8 +168,9 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     fitting = np.flatnonzero(memory <= cluster.memory_cap_gb)
     survivors = _unbeaten(fitting, groups, config) if _full() else fitting
     cfgs = [config(k) for k in survivors.tolist()]
+    rates = simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster)
     entered: list[Ranked] = []
-    for cfg, tps in zip(cfgs, simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster)):
+    for cfg, tps in zip(cfgs, rates):
         item = (tps, cfg.key, cfg)
         if len(top) < _CTX["top_k"]:
             heapq.heappush(top, item)
