@@ -258,10 +258,17 @@ def _derive(model: ModelArch, cfg: EffectiveConfig, world: int) -> LayoutFacts:
         mbs * c["seq_length"] / cp, split, stages, error, _stage_layers(model.moe_layer_pattern, stages),
         _recompute_plan(c["recompute_granularity"], c["recompute_method"], c["recompute_num_layers"],
                         c["recompute_modules"], c["recompute_layer_ids"]),
-        *_features(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"],
-                   c["use_torch_fsdp2"], c["use_megatron_fsdp"], c["data_parallel_sharding_strategy"],
-                   c["use_distributed_optimizer"], c["tp_comm_overlap"], tp > 1, c["overlap_moe_expert_parallel_comm"],
-                   c["ep"] > 1, c["moe_shared_expert_overlap"], c["overlap_grad_reduce"]))
+        *features(c, tp > 1, c["ep"] > 1))
+
+
+def features(c: dict, tp_group: bool, ep_group: bool) -> tuple[str, Sharding, Overlaps]:
+    """(dispatch backend, sharding, overlaps) of a config's fields `c` (`EffectiveConfig.__dict__`) on a layout
+    with TP > 1 (`tp_group`) and EP > 1 (`ep_group`): a feature setting's facts, whatever its layout."""
+    return _features(c["moe_token_dispatcher_type"], c["moe_flex_dispatcher_backend"], c["use_turbo_deepep"],
+                     c["use_torch_fsdp2"], c["use_megatron_fsdp"], c["data_parallel_sharding_strategy"],
+                     c["use_distributed_optimizer"], c["tp_comm_overlap"], tp_group,
+                     c["overlap_moe_expert_parallel_comm"], ep_group, c["moe_shared_expert_overlap"],
+                     c["overlap_grad_reduce"])
 
 
 _CACHE: dict[tuple[int, str, int], tuple[ModelArch, LayoutFacts]] = {}

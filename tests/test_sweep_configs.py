@@ -5,15 +5,32 @@ field and the config key, which ranks ties and names the layout to the user.
 The reference is `workload.effective(trial)` itself (tests/test_search.py and tests/test_knob_registry.py check
 `resolve` against Megatron's defaults). Cases: every shipped example and the README's main job (a workload that
 recomputes one layer per chunk, so the feature settings meet a baseline with full recompute), plus a Bridge and a
-Primus stack; random layouts of the larger spaces, every layout of the small one."""
+Primus stack; random layouts of the larger spaces, every layout of the small one.
+
+The sweep's memory of its points (`estimate_points` over one part per layout and one per feature setting, no
+config per point) equals `estimate_memory` of each point's config to the last bit, and its group keys part the
+points of a layout as the layout facts of their configs do (`sweep._group` before issue 26: FP8, grouped GEMMs,
+dispatch backend, EP and TP overlap in effect, weight sharding)."""
 
 from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
-from paratune.planner.search.space import enumerate_layouts, knob_points, layout_configs, layout_knobs, menu
+from paratune.oracle.layout import layout_facts
+from paratune.oracle.memory import estimate_memory
+from paratune.planner.search import sweep as sweep_module
+from paratune.planner.search.space import (
+    base_config,
+    enumerate_layouts,
+    knob_points,
+    layout_configs,
+    layout_knobs,
+    menu,
+    point_ids,
+)
 
 from .conftest import EXAMPLES, example
 from .test_array_oracle import _case
@@ -59,3 +76,27 @@ def test_sweep_configs_equal_resolve_across_stacks(w_file, c_file, stack):
     workload, cluster, layouts = _case(w_file, c_file, stack)
     rng = random.Random(w_file)
     assert _same(workload, cluster, rng.sample(layouts, min(LAYOUTS, len(layouts)))) > 0
+
+
+@pytest.mark.parametrize(("w_file", "c_file", "stack"), CASES)
+def test_sweep_memory_and_groups_equal_those_of_each_point_config(w_file, c_file, stack):
+    workload, cluster, layouts = _case(w_file, c_file, stack)
+    layouts = random.Random(stack).sample(layouts, min(60, len(layouts)))
+    sweep_module._init(workload, cluster, 10)
+    m = menu(workload, cluster)
+    bases = [base_config(workload, x) for x in layouts]
+    ids = [point_ids(workload, x, m) for x in layouts]
+    li = np.repeat(np.arange(len(layouts)), [len(x) for x in ids])
+    memory, groups = sweep_module._memory_and_groups(layouts, bases, ids, li, np.concatenate(ids))
+    cfgs = [cfg for x in layouts for cfg in layout_configs(workload, x, m)]
+    assert len(cfgs) == len(memory) > 2 * len(layouts)
+    assert [estimate_memory(workload.model, cfg, cluster).total_gb for cfg in cfgs] == memory.tolist()
+    for n in range(len(layouts)):
+        mine = np.flatnonzero(li == n)
+        facts = [layout_facts(workload.model, cfgs[k], cluster.world_size) for k in mine]
+        want = [(cfgs[k].fp8, cfgs[k].moe_grouped_gemm, f.dispatch, f.overlaps.ep, f.overlaps.tp, f.sharding.weights)
+                for k, f in zip(mine, facts)]
+        got = groups[mine].tolist()
+        assert [[want[j] == want[k] for k in range(len(mine))] for j in range(len(mine))] == \
+               [[got[j] == got[k] for k in range(len(mine))] for j in range(len(mine))]
+    assert len(set(groups.tolist())) > len(layouts)  # layouts hold several groups

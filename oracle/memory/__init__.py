@@ -7,7 +7,8 @@ construction); sub-results are cached on the model shape and the sharding.
 Modules: `params` (parameter counts per layer type and sharding), `activations` (stored bytes per
 token per layer type, Korthikanti et al. 2022 generalised), `inflight` (pipeline chunks per GPU and
 micro-batches in flight per schedule), `overheads` (communication, DeepEP, allocator), `constants`
-(every fixed number, with its source), `estimate` (assembly).
+(every fixed number, with its source), `parts` (what a point's layout and its feature setting
+each decide), `estimate` (assembly, on one layout or over arrays).
 """
 
 from .estimate import NON_GIB_KEYS, MemoryEstimate, estimate_memory

@@ -1,27 +1,28 @@
-"""Per-GPU memory of layouts: every pipeline GPU with a distinct set of layers, the largest kept.
+"""Per-GPU memory of points (a parallel layout with its feature setting): every pipeline GPU with a distinct
+set of layers, the largest kept.
 
-Written once, over arrays (issue 26): a batch of layouts becomes a table with one entry per (layout,
-candidate pipeline GPU), each term a numpy array and each branch a 0/1 flag times its term; the per-layout parts that
-several layouts share (parameter counts, activations per token, the pipeline plans) come from cached
-functions. `estimate_memory` is a batch of one; the search checks whole blocks of layouts at once.
-The operations run in the order the per-GPU formulas name them, so a batch and a batch of one agree to
-the last bit."""
+Written once, over arrays (issue 26): a point is its layout's part and its feature setting's part
+(`parts`: columns of numbers, and the keys of the activations and pipeline plans the two decide together),
+so a block of points is a table of layouts, a table of settings and two index arrays (`estimate_points`),
+with no Python object per point. The points' columns (`_row`) and then one entry per (point, candidate
+pipeline GPU) (`_terms`) are numpy arrays, each branch a 0/1 flag times its term; the activations and plans
+come once per distinct pair of keys from cached functions. `estimate_memory` is a batch of one on plain
+numbers; `estimate_memory_batch` takes configs and shares the parts of those with equal fields; the sweep
+passes its layouts and settings directly. The operations run in the order the per-GPU formulas name them,
+so a batch and a batch of one agree to the last bit."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..identity_cache import by_identity
-from ..layout import ALLGATHER, FLEX_BACKENDS, layout_facts
-from ..model_shape import model_shape
-from ..param_count import edge_params, layer_params
+from ..layout import layout_facts
+from ..model_shape import ModelShape, model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
-from .activations import edge_acts, layer_acts
 from .constants import (
-    ACT_BYTES,
     FP8_WEIGHT_COPY_BYTES,
     FSDP_UNSHARDED_GRAD_LAYERS,
     FSDP_UNSHARDED_WEIGHT_LAYERS,
@@ -29,15 +30,19 @@ from .constants import (
     RUNTIME_CONTEXT_GIB,
     WEIGHT_BYTES,
 )
-from .inflight import DevicePlan, device_plans, saturated_microbatches
-from .overheads import (
-    allocator_overhead,
-    comm_buffers,
-    cuda_graph_buffers,
-    cuda_graph_sample_bytes,
-    deepep_buffers,
+from .overheads import allocator_overhead, comm_buffers, cuda_graph_buffers
+from .parts import (
+    LAYOUT_FIELDS,
+    LAYOUT_WIDTH,
+    SETTING_FIELDS,
+    SETTING_WIDTH,
+    LayoutPart,
+    SettingPart,
+    act_entry,
+    layout_part,
+    plan_entry,
+    setting_part,
 )
-from .state_bytes import grad_bytes, optimizer_bytes
 
 
 class MemoryEstimate(NamedTuple):
@@ -60,11 +65,14 @@ _RUNTIME = RUNTIME_CONTEXT_GIB * GIB
 
 def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> MemoryEstimate:
     """Per-GPU memory (GiB) of `cfg` training `model` on `cluster`, for the most-loaded pipeline GPU: a
-    batch of one, its columns plain numbers (`_terms` with the builtin `max`; numpy costs more than the
-    arithmetic on one layout)."""
-    row, plans = _row(model, cfg, cluster)
+    batch of one, its columns plain numbers (`_row` and `_terms` with the builtin `max`; numpy costs more
+    than the arithmetic on one layout)."""
+    g = model_shape(model)
+    facts = layout_facts(model, cfg, cluster.world_size)
+    lay, setting = layout_part(model, cfg, cluster, facts), setting_part(model, cfg, cluster, facts)
+    row = _row(g, lay.nums, setting.nums, act_entry(g, lay.acts, setting.acts))
     best = None
-    for plan in _plan_columns(plans):
+    for plan in plan_entry(g, lay.plans, setting.plans):
         terms = _terms(row, plan, max)
         if best is None or terms[0] > best[0][0]:  # the first most-loaded GPU
             best = terms, plan
@@ -73,19 +81,49 @@ def estimate_memory(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
 
 
 def estimate_memory_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig], cluster: ClusterSpec) -> MemoryBatch:
-    """Per-GPU memory of every layout in `cfgs` on `cluster`, computed over arrays (module doc)."""
-    rows = [_row(model, cfg, cluster) for cfg in cfgs]
-    if not rows:
+    """Per-GPU memory of every layout in `cfgs` on `cluster`, computed over arrays (`estimate_points`): the
+    configs with the same `LAYOUT_FIELDS` share one layout part, those with the same `SETTING_FIELDS` one
+    setting part."""
+    dicts = [cfg.__dict__ for cfg in cfgs]
+    parts: list[list] = []
+    index: list[np.ndarray] = []
+    for fields, part in ((LAYOUT_FIELDS, layout_part), (SETTING_FIELDS, setting_part)):
+        keys = list(map(itemgetter(*fields), dicts))
+        firsts: dict[tuple, EffectiveConfig] = {}
+        for key, cfg in zip(keys, cfgs):
+            if key not in firsts:
+                firsts[key] = cfg
+        position = {key: i for i, key in enumerate(firsts)}
+        parts.append([part(model, cfg, cluster) for cfg in firsts.values()])
+        index.append(np.fromiter(map(position.__getitem__, keys), dtype=np.intp, count=len(keys)))
+    return estimate_points(model, cluster, parts[0], parts[1], index[0], index[1])
+
+
+def estimate_points(model: ModelArch, cluster: ClusterSpec, layouts: Sequence[LayoutPart],
+                    settings: Sequence[SettingPart], li: np.ndarray, si: np.ndarray) -> MemoryBatch:
+    """Per-GPU memory of the points (`layouts[li[k]]`, `settings[si[k]]`), computed over arrays (module doc):
+    no Python object per point; the activations and pipeline plans once per distinct pair of keys."""
+    if not len(li):
         empty = np.zeros(0)
-        return MemoryBatch(empty, empty, empty, np.zeros((_TERMS, 0)), np.zeros((_PLAN_WIDTH, 0)),
+        return MemoryBatch(empty, empty, empty, np.zeros((_TERMS, 0)), np.zeros((PLAN_WIDTH, 0)),
                            np.zeros((_ROW_WIDTH, 0)))
-    plans = [r[1] for r in rows]
-    counts = np.fromiter((len(p) for p in plans), dtype=np.intp, count=len(plans))
-    owner = np.repeat(np.arange(len(rows)), counts)
-    per_row = np.array([r[0] for r in rows], dtype=float).reshape(len(rows), _ROW_WIDTH)[owner].T
-    per_plan = np.array([col for p in plans for col in _plan_columns(p)], dtype=float).reshape(-1, _PLAN_WIDTH).T
+    g = model_shape(model)
+    lay = np.array([p.nums for p in layouts], dtype=float).reshape(-1, LAYOUT_WIDTH)[li].T
+    setting = np.array([p.nums for p in settings], dtype=float).reshape(-1, SETTING_WIDTH)[si].T
+    pairs, inverse = _pairs([p.acts for p in layouts], [p.acts for p in settings], li, si)
+    acts = np.array([act_entry(g, a, s) for a, s in pairs], dtype=float)[inverse].T
+    per_point = np.stack(_row(g, lay, setting, acts))
+    pairs, inverse = _pairs([p.plans for p in layouts], [p.plans for p in settings], li, si)
+    plans = [plan_entry(g, a, s) for a, s in pairs]
+    sizes = np.fromiter((len(p) for p in plans), dtype=np.intp, count=len(plans))
+    counts = sizes[inverse]  # candidate GPUs of each point
+    owner = np.repeat(np.arange(len(li)), counts)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))  # each point's first (point, GPU) pair
+    offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))  # each distinct plan's first row in `table`
+    table = np.array([col for p in plans for col in p], dtype=float).reshape(-1, PLAN_WIDTH).T
+    per_plan = table[:, offsets[inverse][owner] + np.arange(len(owner)) - starts[owner]]
+    per_row = per_point[:, owner]
     terms = np.stack(_terms(per_row, per_plan, np.maximum))
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     total = terms[0]
     peak = np.maximum.reduceat(total, starts)
     firsts = np.flatnonzero(total == peak[owner])  # the first most-loaded GPU of each layout, as the loop kept
@@ -94,88 +132,45 @@ def estimate_memory_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig], clu
                        per_plan[:, chosen], per_row[:, chosen])
 
 
-# Columns of one layout (`_row`) and of one candidate GPU's plan (`_plan_columns`), in the order `_terms`
+def _pairs(layout_keys: Sequence[tuple], setting_keys: Sequence[tuple], li: np.ndarray, si: np.ndarray
+           ) -> tuple[list[tuple[tuple, tuple]], np.ndarray]:
+    """The distinct (layout key, setting key) pairs of the points, and each point's index into them."""
+    codes: tuple[dict[tuple, int], dict[tuple, int]] = ({}, {})
+    lc = np.array([codes[0].setdefault(k, len(codes[0])) for k in layout_keys], dtype=np.intp)
+    sc = np.array([codes[1].setdefault(k, len(codes[1])) for k in setting_keys], dtype=np.intp)
+    width = len(codes[1])
+    distinct, inverse = np.unique(lc[li] * width + sc[si], return_inverse=True)
+    lk, sk = list(codes[0]), list(codes[1])
+    return [(lk[p // width], sk[p % width]) for p in distinct.tolist()], inverse.reshape(-1)
+
+
+# Columns of one point (`_row`) and of one candidate GPU's plan (`parts.plan_columns`), in the order `_terms`
 # unpacks them; the ones read outside `_terms` by name.
 _ROW_WIDTH, _COMM, _DEEPEP = 35, 9, 11
-_PLAN_WIDTH, _P_INDEX, _P_INFLIGHT = 19, 0, 16
+PLAN_WIDTH, _P_INDEX, _P_INFLIGHT = 19, 0, 16
 _TERMS = 19  # rows of `_terms`
 
 
-def _row(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[tuple, tuple[DevicePlan, ...]]:
-    """The layout-wide terms of `cfg` (`_ROW_WIDTH` numbers, bytes or counts) and its candidate GPUs'
-    plans: everything the per-GPU arithmetic (`_terms`) reads."""
-    g = model_shape(model)
-    c = cfg.__dict__  # plain dict reads: pydantic attribute access is the slow part of a call
-    gpn = cluster.gpus_per_node
-    facts = layout_facts(model, cfg, cluster.num_nodes * gpn)
-    tp, pp, cp, vpp = c["tp"], c["pp"], c["cp"], facts.vpp
-    etp, ep = c["etp"], c["ep"]
-    sp = facts.sp
-    rec = facts.recompute
-    fp8 = c["fp8"] is not None
-
-    # Data-parallel sizes; an illegal layout has none (0): treat it as 1.
-    dp, edp = facts.dp_or_1, facts.edp_or_1
-    # EP all-to-all overlap runs one more warm-up forward under interleaving (schedules.py)
-    extra = int(facts.overlaps.ep and vpp > 1 and pp > 1)
-    nmb = saturated_microbatches(c["pp_schedule"], pp, vpp, facts.microbatches_or_1, extra)
-
-    dense_l, moe_l = layer_params(g, tp, etp, ep)
-    edge = edge_params(g, tp, etp, ep, pp > 1, c["seq_length"])
-    acts = layer_acts(g, tp, sp, c["use_flash_attn"], rec.modules, c["seq_length"], etp, fp8)
-    eacts = edge_acts(g, tp, sp, c["cross_entropy_loss_fusion"])
-    plans = device_plans(g, facts.chunks, pp, vpp, c["pp_schedule"], nmb, rec, extra)
-    tokens = facts.tokens  # tokens of one micro-batch on this rank's CP slice
-
-    # Bytes per parameter (state_bytes.py): bf16 weight, fp32 or bf16 main grad, optimizer state.
-    # The distributed optimizer shards the optimizer state over the gradient-reduction group, which
-    # is DP x CP for dense parameters (Megatron's data-parallel group "with context parallel"; the
-    # 6 + 12/DP of theoretical_memory_usage.py assumes CP = 1) and expert-DP for expert parameters.
-    # Torch FSDP2 shards weights, gradients and optimizer state over the same groups; Megatron-FSDP
-    # shards what its data_parallel_sharding_strategy names (optim, optim_grads, optim_grads_params).
-    w_sharded, g_sharded, o_sharded = map(float, facts.sharding)  # flags 0.0 / 1.0, as `_terms` multiplies
-    # FP8 primary weights: the linear weights have no bf16 copy, only the FP8 one (state_bytes.py).
-    fp8_primary = float(fp8 and c["fp8_param_gather"])
-
-    deepep_on = facts.dispatch in FLEX_BACKENDS  # the flex dispatcher's buffers (DeepEP, HybridEP, Turbo DeepEP)
-    comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on,
-                                             facts.dispatch == ALLGATHER)
-    deepep = deepep_buffers(g, ep, etp, gpn) if deepep_on else 0.0
-    mtp_full = rec.recomputes_mtp(model.num_layers)
-    mtp_body = (acts.layer_input if mtp_full else (acts.moe if g.mtp_is_moe else acts.dense)) + eacts.mtp_extra
-    graph_impl = c["cuda_graph_impl"]
-    graph_token = graph_sample = 0.0
-    if graph_impl != "none":
-        graph_token = ACT_BYTES * g.h * (tokens / tp if sp else tokens)
-        graph_mask = c["mbs"] * (c["seq_length"] / cp) * c["seq_length"]  # one byte per boolean mask entry
-        graph_sample = cuda_graph_sample_bytes(c["cuda_graph_scope"], graph_token, graph_mask)
-    return (dp * cp, edp, w_sharded, g_sharded, o_sharded, grad_bytes(cfg), optimizer_bytes(cfg), fp8_primary,
-            float(fp8), comm_nccl + comm_transient, comm_transient, deepep,
-            comm_nccl + comm_transient + deepep + _RUNTIME,
-            dense_l.dense, dense_l.linear, moe_l.dense, moe_l.expert, moe_l.linear,
-            edge.embedding, edge.output + edge.final_norm, edge.mtp_embedding, edge.mtp.dense, edge.mtp.expert,
-            edge.mtp.linear, acts.dense * tokens, acts.moe * tokens, acts.layer_input * tokens,
-            eacts.embedding * tokens, eacts.logits * tokens, g.mtp_layers * mtp_body * tokens,
-            acts.dense_wgrad * tokens, acts.moe_wgrad * tokens, float(graph_impl != "none"), graph_sample,
-            graph_token), plans
-
-
-@by_identity(maxsize=16384)
-def _plan_columns(plans: tuple[DevicePlan, ...]) -> tuple[tuple[float, ...], ...]:
-    """`_PLAN_WIDTH` numbers per candidate GPU, once per plans object (`device_plans` is cached): a
-    recompute group counts through the most layers it recomputes at once, per layer type (the transient
-    of the largest group, `_terms`); flags are 0.0 / 1.0, as `_terms` multiplies by them."""
-    return tuple((p.index, p.dense_layers, p.moe_layers, float(p.has_embedding), float(p.has_output),
-                  float(p.has_mtp), p.dense_full_mb, p.moe_full_mb, p.dense_input_mb, p.moe_input_mb, p.embedding_mb,
-                  p.mtp_mb, max((n for n, has_d, _ in p.recompute_groups if has_d), default=0.0),
-                  max((n for n, _, has_m in p.recompute_groups if has_m), default=0.0),
-                  p.wgrad_dense_mb, p.wgrad_moe_mb, p.inflight, float(p.dense_layers > 0), float(p.moe_layers > 0))
-                 for p in plans)
+def _row(g: ModelShape, lay: Any, setting: Any, acts: Any) -> tuple:
+    """The `_ROW_WIDTH` columns of a point (bytes or counts) that the per-GPU arithmetic (`_terms`) reads, from
+    its layout's (`parts.layout_part`), its setting's (`parts.setting_part`) and its activations'
+    (`parts.act_entry`) columns: plain numbers, or rows of numpy arrays (one point per element)."""
+    (tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_buf, dl_dense, dl_lin, ml_dense, ml_exp, ml_lin, emb, out_edge,
+     mtp_emb, mtp_dense, mtp_expert, mtp_lin, graphed, graph_sample, graph_token) = lay
+    w_sharded, g_sharded, o_sharded, grad_b, opt_b, fp8_primary, fp8, deepep_on, allgather = setting
+    act_d, act_m, act_in, stash_d, stash_m, mtp_body, act_emb, act_logits = acts
+    comm_nccl, comm_transient = comm_buffers(g, tp, pp, cp, ep, etp, dp, edp, sp, tokens, deepep_on, allgather)
+    deepep = deepep_on * deepep_buf
+    return (dp * cp, edp, w_sharded, g_sharded, o_sharded, grad_b, opt_b, fp8_primary, fp8,
+            comm_nccl + comm_transient, comm_transient, deepep, comm_nccl + comm_transient + deepep + _RUNTIME,
+            dl_dense, dl_lin, ml_dense, ml_exp, ml_lin, emb, out_edge, mtp_emb, mtp_dense, mtp_expert, mtp_lin,
+            act_d * tokens, act_m * tokens, act_in * tokens, act_emb * tokens, act_logits * tokens,
+            mtp_body * tokens, stash_d * tokens, stash_m * tokens, graphed, graph_sample, graph_token)
 
 
 def _terms(r: Any, p: Any, maximum: Any) -> tuple:
     """Every GiB term of each (layout, candidate GPU) pair, bytes: `r` the layout's columns (`_row`), `p` the
-    GPU's (`_plan_columns`), as rows of numpy arrays (one pair per element, `maximum` = `np.maximum`) or
+    GPU's (`parts.plan_columns`), as rows of numpy arrays (one pair per element, `maximum` = `np.maximum`) or
     plain numbers (`maximum` = `max`): the formulas are written once for both. A branch is a 0/1 flag
     times its term (`x + flag * y`, `flag * a + (1 - flag) * b`): exact, since the terms are finite, and
     neither a function call per branch on plain numbers nor a `np.where` on arrays. In order: total,
@@ -232,7 +227,7 @@ class MemoryBatch(NamedTuple):
     param_optimizer_gb: np.ndarray
     activation_gb: np.ndarray
     terms: np.ndarray  # `_terms` rows of each layout's most-loaded GPU
-    plan: np.ndarray  # its `_plan_columns`
+    plan: np.ndarray  # its `parts.plan_columns`
     row: np.ndarray  # the layout's `_row` columns
 
     def estimate(self, i: int) -> MemoryEstimate:

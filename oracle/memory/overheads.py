@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from ..model_shape import ModelShape
@@ -19,11 +20,11 @@ from .constants import (
 )
 
 
-def comm_buffers(
-    g: ModelShape, tp: int, pp: int, cp: int, ep: int, etp: int, dp: int, edp: int, sp: bool, tokens: float,
-    deepep: bool, allgather: bool = False,
-) -> tuple[float, float]:
-    """(NCCL communicator buffers, transient collective buffers), bytes.
+def comm_buffers(g: ModelShape, tp: Any, pp: Any, cp: Any, ep: Any, etp: Any, dp: Any, edp: Any, sp: Any, tokens: Any,
+                 deepep: Any, allgather: Any = 0) -> tuple[Any, Any]:
+    """(NCCL communicator buffers, transient collective buffers), bytes: numbers, or numpy arrays of a batch
+    of points (`estimate._row`), `sp`, `deepep` and `allgather` 0/1 flags (sequence parallelism, the flex
+    dispatcher's DeepEP-style buffers, the allgather dispatcher), each branch a flag times its term.
 
     DP gradient buckets are views into Megatron's contiguous fp32 gradient buffer (already counted as
     gradients) and the distributed optimizer all-gathers parameters into the bf16 parameter buffer, so
@@ -34,23 +35,18 @@ def comm_buffers(
       - EP allgather dispatcher: the hidden states gathered from the EP group, EP x [s/cp/r, b, h]
         (megatron-core moe/token_dispatcher.py MoEAllGatherTokenDispatcher).
     """
-    groups = (tp > 1) + (cp > 1) + (dp * cp > 1) + (pp > 1)
+    groups = 1 * (tp > 1) + 1 * (cp > 1) + 1 * (dp * cp > 1) + 1 * (pp > 1)
+    r = sp * tp + (1 - sp)  # TP with SP, else 1
+    transient = sp * (SP_ALLGATHER_BUFFERS * ACT_BYTES * g.h * tokens) + (pp > 1) * (2 * ACT_BYTES * g.h * tokens / r)
     if g.is_moe:
-        groups += (ep > 1) + (etp > 1 and etp != tp) + (edp > 1 and edp != dp * cp)
-    r = tp if sp else 1
-    transient = 0.0
-    if sp:
-        transient += SP_ALLGATHER_BUFFERS * ACT_BYTES * g.h * tokens
-    if pp > 1:
-        transient += 2 * ACT_BYTES * g.h * tokens / r
-    if g.is_moe and ep > 1 and not deepep:
-        if allgather:
-            transient += ACT_BYTES * g.h * tokens * ep / r
-        else:
-            transient += ACT_BYTES * g.h * tokens * g.routed_peak / r
-    return float(groups * NCCL_BUFFER_BYTES_PER_GROUP), transient
+        groups = groups + 1 * (ep > 1) + 1 * ((etp > 1) * (etp != tp)) + 1 * ((edp > 1) * (edp != dp * cp))
+        moved = (allgather * (ACT_BYTES * g.h * tokens * ep / r)
+                 + (1 - allgather) * (ACT_BYTES * g.h * tokens * g.routed_peak / r))
+        transient = transient + (ep > 1) * (1 - deepep) * moved
+    return groups * NCCL_BUFFER_BYTES_PER_GROUP, transient
 
 
+@lru_cache(maxsize=1024)
 def deepep_buffers(g: ModelShape, ep: int, etp: int, gpus_per_node: int) -> float:
     """DeepEP's NVLink (+ RDMA when the EP group spans nodes) buffers, bytes (see constants)."""
     if not g.is_moe or ep <= 1:

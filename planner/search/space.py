@@ -21,10 +21,11 @@ point of such a search is checked against every rule.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from itertools import product
-from math import prod
+
+import numpy as np
 
 from paratune.oracle.constraints import (
     Rule,
@@ -317,32 +318,93 @@ def knob_points(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> Iterator[Trial
 
 def knob_settings(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> Iterator[dict]:
     """The feature knobs of each of `knob_points`' combinations on one layout, in its order, before the user's
-    pins are checked (the layout's own knobs left out)."""
-    for (recompute, modules), moes, precisions, shardings in _knob_axes(layout, m, moe_ep, sp):
+    pins are checked (the layout's own knobs left out; the dicts are the search's, `settings`: not to be changed)."""
+    settings = setting_table(m).settings
+    return (settings[i] for i in setting_ids(layout, m, moe_ep, sp))
+
+
+@dataclass
+class SettingTable:
+    """The distinct feature settings of one search, each with an index (the sweep's points are (layout,
+    setting index) pairs), and the indices of each knob class's settings (`setting_ids`)."""
+
+    settings: list[dict] = field(default_factory=list)
+    index: dict[tuple, int] = field(default_factory=dict)  # a setting's items -> its index
+    classes: dict[tuple, np.ndarray] = field(default_factory=dict)
+
+    def add(self, setting: dict) -> int:
+        """The index of `setting`, registered if new."""
+        key = tuple(setting.items())
+        i = self.index.get(key)
+        if i is None:
+            i = self.index[key] = len(self.settings)
+            self.settings.append(setting)
+        return i
+
+
+@by_identity()
+def setting_table(m: Menu) -> SettingTable:
+    """The feature settings met so far on the search with menu `m`."""
+    return SettingTable()
+
+
+def setting_ids(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> np.ndarray:
+    """The indices (`setting_table`) of `knob_settings` on one layout, in its order, before the user's pins are
+    checked: built once per knob class (`_knob_class`), which decides them."""
+    table = setting_table(m)
+    kind = _knob_class(layout, moe_ep, sp)
+    ids = table.classes.get(kind)
+    if ids is None:
+        ids = table.classes[kind] = np.array([table.add(s) for s in _class_settings(kind, m)], dtype=np.intp)
+    return ids
+
+
+def point_ids(workload: Workload, layout: dict, m: Menu) -> np.ndarray:
+    """The indices of the settings of `knob_points` on one layout (those the user's pins allow)."""
+    ids = setting_ids(*layout_knobs(workload, layout, m))
+    if m.check is None:
+        return ids
+    settings = setting_table(m).settings
+    return ids[[m.check(TrialConfig(**layout, **settings[i])) for i in ids.tolist()]]
+
+
+def _class_settings(kind: tuple[bool, ...], m: Menu) -> Iterator[dict]:
+    """The feature settings of a knob class, in `knob_settings`' order."""
+    for (recompute, modules), moes, precisions, shardings in _knob_axes(kind, m):
         extra = m.full_recompute if recompute == "full" else {"recompute_modules": modules} if modules else {}
         for moe, (fp8, tp_overlap), (fsdp, distopt) in product(moes, precisions, shardings):
             yield dict(recompute_granularity=recompute, **extra, fp8=fp8, **moe, tp_comm_overlap=tp_overlap,
                        use_torch_fsdp2=fsdp, use_distributed_optimizer=distopt, **m.fixed)
 
 
+def base_config(workload: Workload, layout: dict) -> EffectiveConfig:
+    """`resolve` of a layout with the workload's feature knobs: the layout fields of each of its points."""
+    return workload.effective(TrialConfig(**layout))
+
+
 def layout_configs(workload: Workload, layout: dict, m: Menu) -> list[EffectiveConfig]:
-    """`workload.effective` of each of `knob_points(layout)`, in order, for the sweep: `resolve` runs once on the
-    layout (its feature knobs as the workload has them) and once per distinct feature setting of the search
-    (on the workload's own layout), and each point takes its layout fields from the first and its feature
-    fields from the second. That is `resolve`'s answer because none of its rules crosses the two: the layout
-    knobs' canonicalisation (VPP from a layout string, the interleaved schedule, ETP, sequence parallelism)
-    reads only layout knobs, the feature knobs' (recompute, Turbo DeepEP as the flex dispatcher) only feature
-    knobs and the workload (tests/test_sweep_configs.py checks it on whole spaces). With user pins to check
-    each point is resolved whole."""
-    moe_ep, sp = _moe_ep(workload, layout), _sp(workload, layout)
+    """`workload.effective` of each of `knob_points(layout)`, in order (`point_configs`)."""
+    return point_configs(workload, m, layout, base_config(workload, layout), point_ids(workload, layout, m))
+
+
+def point_configs(workload: Workload, m: Menu, layout: dict, base: EffectiveConfig, ids: Iterable[int]
+                  ) -> list[EffectiveConfig]:
+    """`workload.effective` of the points of `layout` with the settings `ids` (`base`: `base_config` of the layout),
+    for the sweep: `resolve` runs once on the layout (its feature knobs as the workload has them) and once per
+    distinct feature setting of the search (on the workload's own layout), and each point takes its layout
+    fields from the first and its feature fields from the second. That is `resolve`'s answer because none of its
+    rules crosses the two: the layout knobs' canonicalisation (VPP from a layout string, the interleaved
+    schedule, ETP, sequence parallelism) reads only layout knobs, the feature knobs' (recompute, Turbo DeepEP as
+    the flex dispatcher) only feature knobs and the workload (tests/test_sweep_configs.py checks it on whole
+    spaces). With user pins to check each point is resolved whole."""
+    settings = setting_table(m).settings
     if m.check is not None:
-        return [workload.effective(t) for t in knob_points(layout, m, moe_ep, sp)]
-    base = workload.effective(TrialConfig(**layout)).__dict__
+        return [workload.effective(TrialConfig(**layout, **settings[i])) for i in ids]
     out = []
-    for settings in knob_settings(layout, m, moe_ep, sp):
-        fields = base.copy()
+    for i in ids:
+        fields = base.__dict__.copy()
         del fields["key"]  # `resolve` filled it; the point's own is computed from its fields
-        fields.update(_feature_fields(workload, tuple(settings.items())))
+        fields.update(_feature_fields(workload, settings[i]))
         out.append(trusted_config(fields))
     return out
 
@@ -358,13 +420,14 @@ def _feature_cache(workload: Workload) -> dict[tuple, dict]:
     return {}
 
 
-def _feature_fields(workload: Workload, settings: tuple[tuple[str, object], ...]) -> dict:
+def _feature_fields(workload: Workload, settings: dict) -> dict:
     """The fields one feature setting gives on `workload` (`resolve` of the setting alone), cached per search."""
     cache = _feature_cache(workload)
-    hit = cache.get(settings)
+    key = tuple(settings.items())
+    hit = cache.get(key)
     if hit is None:
-        resolved = workload.effective(TrialConfig(**dict(settings))).__dict__
-        hit = cache[settings] = {name: resolved[name] for name in (*dict(settings), *_DERIVED)}
+        resolved = workload.effective(TrialConfig(**settings)).__dict__
+        hit = cache[key] = {name: resolved[name] for name in (*settings, *_DERIVED)}
     return hit
 
 
@@ -372,12 +435,19 @@ def knob_count(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> int:
     """How many points `knob_points` yields (without building them, unless user pins need checking)."""
     if m.check is not None:
         return sum(1 for _ in knob_points(layout, m, moe_ep, sp))
-    return sum(prod(len(axis) for axis in axes) for _, *axes in _knob_axes(layout, m, moe_ep, sp))
+    return len(setting_ids(layout, m, moe_ep, sp))
 
 
-def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
-    """Per recompute mode of one layout: (mode, MoE options (dispatch with EP overlap), (FP8, TP overlap)
-    pairs, (FSDP2, distributed optimizer) pairs).
+def _knob_class(layout: dict, moe_ep: bool, sp: bool) -> tuple[bool, ...]:
+    """What `_knob_axes` reads of a layout: a zero-bubble schedule; EP overlap possible (PP 1 or interleaved); torch
+    FSDP2 possible (PP = EP = 1); MoE with EP > 1; sequence parallelism."""
+    return (layout["pp_schedule"] in ("zb", "zbv"), layout["pp"] == 1 or layout["pp_schedule"] == "interleaved",
+            layout["pp"] == 1 and layout["ep"] == 1, moe_ep, sp)
+
+
+def _knob_axes(kind: tuple[bool, ...], m: Menu) -> list[tuple]:
+    """Per recompute mode of one knob class of layouts (`_knob_class`): (mode, MoE options (dispatch with EP
+    overlap), (FP8, TP overlap) pairs, (FSDP2, distributed optimizer) pairs).
 
     Zero-bubble schedules run without recompute (Primus's zero-bubble patches); the dispatcher and EP
     overlap only act with EP > 1 (without, they are off), EP overlap only with the all-to-all or flex
@@ -385,10 +455,9 @@ def _knob_axes(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> list[tuple]:
     (`oracle.legality._ep_overlap_rules`); TP overlap needs sequence parallelism and, on ROCm, no FP8;
     torch FSDP2 needs PP = EP = 1 (Megatron-LM arguments.py). Where a knob does not apply it stays
     off, and a layout whose rules forbid off has no points."""
-    recomputes = (("none", None),) if layout["pp_schedule"] in ("zb", "zbv") else m.recomputes
-    overlap_ok = layout["pp"] == 1 or layout["pp_schedule"] == "interleaved"
+    zero_bubble, overlap_ok, fsdp_ok, moe_ep, sp = kind
+    recomputes = (("none", None),) if zero_bubble else m.recomputes
     tp_overlaps = tuple(x for x in (m.tp_overlaps if sp else (False,)) if x in m.tp_overlaps)
-    fsdp_ok = layout["pp"] == 1 and layout["ep"] == 1
     sharding = tuple(x for x in m.sharding if fsdp_ok or not x[0])
     precisions = tuple((f, o) for f in m.fp8s for o in tp_overlaps if not (o and m.rocm and f != "none"))
     out = []

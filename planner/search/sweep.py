@@ -11,13 +11,15 @@ if it passes. The result equals scoring every fitting point, ties broken by conf
 
 A worker takes the layouts in blocks (1, 2, 4, ... up to `SCORE_BLOCK`, best bounds first: small blocks fill
 its top-k early) and runs each step over the whole block at once (issue 26): the layout test against the
-top-k as the block starts, the memory of every point of the layouts left (`estimate_memory_batch`, numpy), the
+top-k as the block starts, the memory of every point of the layouts left (`estimate_points`, numpy), the
 bounds of the groups with a fitting point (`iteration_bounds`), and the simulation of the points left
 (`simulated_tokens_per_s_per_gpu_batch`: the timelines of one pipeline program run over arrays); each
 batched call equals its scalar one to the last bit, so only which points are skipped depends on the blocks,
-never the top-k. Per-point Python objects remain: every point of a scored layout gets its `EffectiveConfig`, its fields
-merged from the layout's and the feature setting's (`space.layout_configs`: `resolve` runs per layout and per
-setting, not per point).
+never the top-k. A point is a (layout, feature setting) pair of index arrays (`space.point_ids`): its memory
+and its group come from the layout's and the setting's parts (`oracle.memory.parts`, one of each per layout
+and per setting), and its `EffectiveConfig` is built (`space.point_configs`: the layout's fields from one
+`resolve` of the layout, the feature fields from one per setting) only where the bounds need one, the first
+fitting point of a group, and for each point that is simulated.
 
 With `within` (the oracle's stated error, which the robust pick chooses within, `planner/search/pick.py`), the
 sweep ranks `KEEP` more points than the top-k and returns those of them within that share of the best
@@ -41,21 +43,23 @@ from pydantic import BaseModel
 
 from paratune.oracle.cancel import checkpoint
 from paratune.oracle.evaluate import evaluate_config
-from paratune.oracle.layout import LayoutFacts, layout_facts
-from paratune.oracle.memory.estimate import estimate_memory_batch
+from paratune.oracle.layout import features
+from paratune.oracle.memory.estimate import estimate_points
+from paratune.oracle.memory.parts import SettingPart, layout_part, setting_part
 from paratune.oracle.performance import tokens_per_s_per_gpu
 from paratune.oracle.performance.bound import iteration_bounds
 from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu_batch
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .space import (
+    base_config,
     bound_variants,
     enumerate_layouts,
-    knob_count,
     knob_points,
-    layout_configs,
     layout_knobs,
     menu,
+    point_configs,
+    point_ids,
 )
 
 
@@ -86,7 +90,8 @@ T = TypeVar("T")
 
 def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
     m = menu(workload, cluster)
-    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=m, variants=bound_variants(m))
+    _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=m, variants=bound_variants(m),
+                settings={})
 
 
 def _knobs(layout: dict) -> tuple:
@@ -120,36 +125,53 @@ def _loses(tps: float) -> bool:
     return _full() and tps < _CTX["top"][0][0]
 
 
-def _group(cfg: EffectiveConfig, facts: LayoutFacts) -> tuple:
-    """The feature settings of a point but recompute, which the point bound of its group covers: FP8, grouped
-    GEMMs, and the dispatch backend, overlaps and weight sharding as the oracle reads them (`LayoutFacts`)."""
-    return cfg.fp8, cfg.moe_grouped_gemm, facts.dispatch, facts.overlaps.ep, facts.overlaps.tp, facts.sharding.weights
+def _setting(i: int, layout: dict, base: EffectiveConfig) -> tuple[SettingPart, tuple[tuple, ...]]:
+    """Feature setting `i`'s memory part and its group on a layout without and with TP > 1 and EP > 1 (index
+    2 * (TP > 1) + (EP > 1)), from its point on `layout` (the first met; neither depends on the layout): the
+    feature settings but recompute, which the point bound of a group covers: FP8, grouped GEMMs, and the
+    dispatch backend, overlaps and weight sharding as the oracle reads them (`oracle.layout.features`)."""
+    hit = _CTX["settings"].get(i)
+    if hit is None:
+        workload, cluster = _CTX["workload"], _CTX["cluster"]
+        cfg = point_configs(workload, _CTX["menu"], layout, base, [i])[0]
+        c = cfg.__dict__
+        groups = tuple((c["fp8"], c["moe_grouped_gemm"], dispatch, overlaps.ep, overlaps.tp, sharding.weights)
+                       for dispatch, sharding, overlaps in (features(c, tp, ep) for tp in (False, True)
+                                                            for ep in (False, True)))
+        hit = _CTX["settings"][i] = (setting_part(workload.model, cfg, cluster), groups)
+    return hit
 
 
 def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, int, list[Ranked]]:
     """(layouts, points, fits, scored, pruned, entries into this worker's top-k) of a block of layouts with
     their bounds, each step over the whole block at once (module doc)."""
-    workload, cluster, top = _CTX["workload"], _CTX["cluster"], _CTX["top"]
-    model = workload.model
+    workload, cluster, top, m = _CTX["workload"], _CTX["cluster"], _CTX["top"], _CTX["menu"]
     points = pruned = 0
-    cfgs: list[EffectiveConfig] = []
-    groups: list[tuple] = []
-    for n, (layout, bound) in enumerate(tasks):
-        count = knob_count(*_knobs(layout))
-        points += count
+    layouts: list[dict] = []
+    ids: list[np.ndarray] = []
+    for layout, bound in tasks:
+        these = point_ids(workload, layout, m)
+        points += len(these)
         if _loses(bound):
-            pruned += count
+            pruned += len(these)
             continue
-        for cfg in layout_configs(workload, layout, _CTX["menu"]):
-            cfgs.append(cfg)
-            groups.append((n, _group(cfg, layout_facts(model, cfg, cluster.world_size))))
-    memory = estimate_memory_batch(model, cfgs, cluster).total_gb
-    fitting = np.flatnonzero(memory <= cluster.memory_cap_gb).tolist()
-    survivors = _unbeaten(cfgs, groups, fitting) if _full() else fitting
-    rates = simulated_tokens_per_s_per_gpu_batch(model, [cfgs[i] for i in survivors], cluster)
+        layouts.append(layout)
+        ids.append(these)
+    bases = [base_config(workload, x) for x in layouts]
+    li = np.repeat(np.arange(len(layouts)), [len(x) for x in ids])
+    si = np.concatenate(ids) if ids else np.zeros(0, dtype=np.intp)
+
+    def config(k: int) -> EffectiveConfig:
+        return point_configs(workload, m, layouts[li[k]], bases[li[k]], [si[k]])[0]
+
+    memory, groups = _memory_and_groups(layouts, bases, ids, li, si)
+    fitting = np.flatnonzero(memory <= cluster.memory_cap_gb)
+    survivors = _unbeaten(fitting, groups, config) if _full() else fitting
+    cfgs = [config(k) for k in survivors.tolist()]
+    rates = simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster)
     entered: list[Ranked] = []
-    for i, tps in zip(survivors, rates):
-        item = (tps, cfgs[i].key, cfgs[i])
+    for cfg, tps in zip(cfgs, rates):
+        item = (tps, cfg.key, cfg)
         if len(top) < _CTX["top_k"]:
             heapq.heappush(top, item)
         elif item[:2] > top[0][:2]:
@@ -160,19 +182,37 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     return len(tasks), points, len(fitting), len(survivors), pruned + len(fitting) - len(survivors), entered
 
 
-def _unbeaten(cfgs: list[EffectiveConfig], groups: list[tuple], fitting: list[int]) -> list[int]:
+def _memory_and_groups(layouts: list[dict], bases: list[EffectiveConfig], ids: list[np.ndarray], li: np.ndarray,
+                       si: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The per-GPU memory (GiB, `estimate_points`) of the points (layout `layouts[li]` with setting `si`; `bases`:
+    the layouts' `base_config`, `ids`: their settings) and each point's group key: an integer, equal for two
+    points of one layout in one group (`_setting`)."""
+    workload, cluster = _CTX["workload"], _CTX["cluster"]
+    for layout, base, these in zip(layouts, bases, ids):
+        for i in set(these.tolist()) - _CTX["settings"].keys():
+            _setting(i, layout, base)
+    used, local = np.unique(si, return_inverse=True)
+    local = local.reshape(-1)
+    settings = [_CTX["settings"][i] for i in used.tolist()]
+    memory = estimate_points(workload.model, cluster, [layout_part(workload.model, b, cluster) for b in bases],
+                             [part for part, _ in settings], li, local).total_gb
+    codes: dict[tuple, int] = {}
+    table = np.array([[codes.setdefault(g, len(codes)) for g in groups] for _, groups in settings],
+                     dtype=np.intp).reshape(-1, 4)
+    sizes = np.array([2 * (x["tp"] > 1) + (x["ep"] > 1) for x in layouts], dtype=np.intp)
+    return memory, li * len(codes) + table[local, sizes[li]]
+
+
+def _unbeaten(fitting: np.ndarray, groups: np.ndarray, config: Callable[[int], EffectiveConfig]) -> np.ndarray:
     """The `fitting` points whose group's bound does not lose against this worker's full top-k. A group's
     bound (taken on its first fitting point, it holds for the whole group) costs about one simulation, so it
     is taken only for groups of two or more fitting points: a lone point is simulated instead (the top-k is
     the same either way; only `scored` and `pruned` move)."""
-    first: dict[tuple, int] = {}
-    size: dict[tuple, int] = {}
-    for i in fitting:
-        first.setdefault(groups[i], i)
-        size[groups[i]] = size.get(groups[i], 0) + 1
-    shared = [g for g, n in size.items() if n > 1]
-    group_tps = dict(zip(shared, _bound_tps([cfgs[first[g]] for g in shared], any_knobs=False)))
-    return [i for i in fitting if not _loses(group_tps.get(groups[i], np.inf))]
+    _, first, inverse, counts = np.unique(groups[fitting], return_index=True, return_inverse=True, return_counts=True)
+    shared = np.flatnonzero(counts > 1)
+    bound = np.full(len(counts), np.inf)
+    bound[shared] = _bound_tps([config(k) for k in fitting[first[shared]].tolist()], any_knobs=False)
+    return fitting[~(bound[inverse.reshape(-1)] < _CTX["top"][0][0])]
 
 
 def _blocks(tasks: list[T]) -> list[list[T]]:
