@@ -30,6 +30,7 @@ from .constants import (
 )
 from .context import HALF, Ctx
 from .flops import attended_keys
+from .gemm import multi_stream_ms
 from .host_issue import host_bound
 from .moe_layer import routed_experts
 from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
@@ -45,8 +46,14 @@ def _linear(ctx: Ctx, w: Builder, m: float, n: float, k: float, dtype: str) -> N
 
 
 def _grouped(ctx: Ctx, w: Builder, m: float, n: float, k: float, groups: int, dtype: str) -> None:
-    """A grouped GEMM over `groups` local experts of `m` tokens each."""
-    g = ctx.gemm.gemm_ms
+    """A grouped GEMM over `groups` local experts of `m` tokens each: TE's GroupedLinear runs one cuBLAS GEMM
+    per expert over its compute streams (`gemm.multi_stream_ms`); the legacy GroupedMLP's CUTLASS grouped
+    kernel (the grouped_gemm package's `gmm`) is one launch whose tiles share the waves."""
+    def g(m: int, n: int, k: int, dtype: str, groups: int) -> float:
+        if ctx.legacy_grouped or groups == 1:
+            return ctx.gemm.gemm_ms(m, n, k, dtype, groups)
+        return multi_stream_ms(ctx.gemm, m, n, k, dtype, groups)
+
     m, n, k = max(1, round(m)), int(n), int(k)
     w.add(GEMM, g(m, n, k, dtype, groups), g(m, k, n, dtype, groups), g(k, n, m, dtype, groups))
     if dtype == "fp8":
