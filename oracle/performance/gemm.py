@@ -96,9 +96,12 @@ def multi_stream_ms(backend: GemmBackend, m: int, n: int, k: int, dtype: str, ge
     joined at the end. At most `streams` of them are resident at once, so they run in rounds of `streams`
     kernels sharing the SMs (one batched launch of the backend: their tiles share the waves, their latencies
     overlap) and a last round of the remainder: at a small per-expert M a round's tiles do not fill the GPU,
-    which one pooled launch of all the experts' tiles would hide. (TE's opt-in fused grouped-tensor path,
-    NVTE_GROUPED_LINEAR_USE_FUSED_GROUPED_GEMM / cuBLASLt 13.3+ grouped GEMM, added 2026-08, is not
-    modelled: the calibrated runs predate it.)"""
+    which one pooled launch of all the experts' tiles would hide. Not modelled: TE's grouped-tensor paths,
+    one grouped kernel (cuBLASLt 13.3+ grouped GEMM, TE 2d80391f7; megatron-core's op-fuser MoE path,
+    `use_transformer_engine_op_fuser` with `moe_use_grouped_tensor`, and its CuTe-DSL fused grouped MLP,
+    NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, which Megatron-Bridge 0.6.0's Blackwell DeepSeek-V3 and GPT-OSS perf
+    recipes set); at those rows' 2-8 local experts of thousands of rows each, the one or two rounds fill the
+    SMs as one pooled launch does."""
     full, rest = divmod(gemms, streams)
     t = full * backend.gemm_ms(m, n, k, dtype, streams) if full else 0.0
     return t + (backend.gemm_ms(m, n, k, dtype, rest) if rest else 0.0)
