@@ -222,17 +222,26 @@ def _fsdp(ctx: Ctx, w: Builder, params: tuple[float, float]) -> None:
     w.add(FSDP, _hidden_behind(gather, busy_f, ctx.c), _hidden_behind(gather + scatter, busy_b, ctx.c))
 
 
-def _ep_overlap(ctx: Ctx, w: Builder) -> None:
+def _ep_overlap(ctx: Ctx, w: Builder, pre: tuple[float, float, float]) -> None:
     """overlap_moe_expert_parallel_comm: Megatron's combined 1F1B runs one micro-batch's forward beside
-    another's backward, layer by layer, so the forward's dispatch/combine hides behind the backward's
-    compute and the backward's behind the forward's (megatron-core pipeline_parallel/combined_1f1b.py,
-    models/common/model_chunk_schedule_plan.py). Not modelled: warm-up and cool-down micro-batches,
-    which have no partner, are counted as overlapped too."""
+    another's backward, layer by layer, in three phases per layer pair (megatron-core
+    models/common/model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` @ d98e8a64dd):
+      comm stream:  combine_bwd       | dispatch_fwd -> dispatch_bwd       | combine_fwd
+      comp stream:  pre_dispatch_fwd  | mlp_bwd -> mlp_bwd_dw -> mlp_fwd   | pre_dispatch_bwd
+    so each exchange hides only behind its own phase's compute: the backward's combine behind the
+    attention block's forward (and the previous layer's deferred attention wgrad, `pre_dispatch_computation
+    .backward_dw`, launched after the phases under `delay_wgrad_compute`), both dispatches behind the MoE
+    MLP's backward, wgrad and forward, the forward's combine behind the attention block's data-grad
+    backward (`_hidden_behind` each). `pre`: the attention block's (forward, data-grad, wgrad) ms. Dispatch
+    and combine move the same bytes (`moe_layer.dispatch_combine`), half of each pass's exchange each.
+    Not modelled: warm-up and cool-down micro-batches, which have no partner, are counted as overlapped."""
+    attn_f, attn_b, attn_w = pre
     comm_f, comm_b = w.f[EP], w.b[EP]
-    busy_f = sum(w.f) - comm_f
-    busy_b = sum(w.b) + sum(w.w) - comm_b
-    w.f[EP] = _hidden_behind(comm_f, busy_b, ctx.c)
-    w.b[EP] = _hidden_behind(comm_b, busy_f, ctx.c)
+    mlp = sum(w.f) - comm_f - attn_f + sum(w.b) + sum(w.w) - comm_b - attn_b - attn_w
+    dispatch = _hidden_behind(comm_f / 2 + comm_b / 2, mlp, ctx.c)
+    share_f = comm_f / (comm_f + comm_b) if comm_f + comm_b > 0 else 0.5
+    w.f[EP] = _hidden_behind(comm_f / 2, attn_b, ctx.c) + share_f * dispatch
+    w.b[EP] = _hidden_behind(comm_b / 2, attn_f + attn_w, ctx.c) + (1 - share_f) * dispatch
 
 
 def _plus_since(gemm: tuple[float, float], now: tuple[float, float], before: tuple[float, float]
@@ -249,13 +258,14 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     gemm = w.gemm()  # the TP regions' GEMMs: attention, then the dense MLP or the shared experts
     _norms_residuals(ctx, w)
     pre_f = w.forward_ms()
+    pre = (pre_f, sum(w.b), sum(w.w))
     if moe:
         _experts(ctx, w)
         if ctx.shape.shared_ffn:
             gemm = _shared_experts(ctx, w, gemm)
         _tp_collectives(ctx, w, 1 + (1 if ctx.shape.shared_ffn else 0), gemm)
         if ctx.ep_overlap:
-            _ep_overlap(ctx, w)
+            _ep_overlap(ctx, w, pre)
     else:
         start, before = w.forward_ms(), w.gemm()
         _mlp(ctx, w, ctx.shape.ffn)
