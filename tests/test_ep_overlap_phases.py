@@ -1,10 +1,11 @@
-"""EP overlap hides each exchange behind its own phase of megatron-core's combined 1F1B layer pair.
+"""EP overlap as megatron-core's combined 1F1B runs a layer pair on two streams.
 
-megatron-core models/common/model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` (@ d98e8a64dd):
-  comm stream:  combine_bwd       | dispatch_fwd -> dispatch_bwd      | combine_fwd
-  comp stream:  pre_dispatch_fwd  | mlp_bwd -> mlp_bwd_dw -> mlp_fwd  | pre_dispatch_bwd
-(the attention block's wgrad, `pre_dispatch_computation.backward_dw`, runs after the three phases, beside
-the next pair's combine_bwd). The expected numbers below are derived by hand from that diagram."""
+megatron-core models/common/model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` (@ d98e8a64dd)
+launches, per layer pair, attention forward, MLP backward, MLP wgrad, MLP forward, attention backward and
+wgrad on the compute stream and combine-backward, dispatch-forward, dispatch-backward, combine-forward on
+the communication stream; each micro-batch's nodes wait on and record one shared CUDA event
+(pipeline_parallel/utils.py `ScheduleNode.stream_acquire_context`), so they run one after another; the
+wgrad nodes do not touch the event. The periods below are derived by hand from those rules."""
 
 from __future__ import annotations
 
@@ -14,43 +15,34 @@ import pytest
 
 from paratune.oracle.catalog import gpu
 from paratune.oracle.performance.calibration import constants
-from paratune.oracle.performance.layers import _ep_overlap
+from paratune.oracle.performance.layers import _ep_overlap, _pair_period
 from paratune.oracle.performance.work import ATTN, EP, GEMM, Builder
 
 
-def _layer() -> Builder:
-    """Attention block: forward 1, data-grad 2, wgrad 0.5 ms; MoE MLP: forward 3, data-grad 4, wgrad 1 ms;
-    each pass's exchange 6 ms (dispatch 3 + combine 3)."""
-    w = Builder()
-    w.add(ATTN, 1.0, 2.0, 0.5)
-    w.add(GEMM, 3.0, 4.0, 1.0)
-    w.add(EP, 6.0, 6.0)
-    return w
+def test_four_transfers_longer_than_the_compute_serialise_on_the_communication_stream():
+    # each transfer 5 ms, the pair's compute 4 ms: the stream carries 4 x 5 = 20 ms per pair
+    assert _pair_period((1.0, 1.0, 0.0), (1.0, 1.0, 0.0), 5.0) == pytest.approx(20.0, rel=1e-12)
 
 
-def test_each_exchange_hides_only_behind_its_own_phase():
-    c = constants(gpu("h100-sxm"))
-    k = c.overlap_cost
-    w = _layer()
-    _ep_overlap(SimpleNamespace(c=c), w, (1.0, 2.0, 0.5))
-    # by hand: combine_fwd 3 behind pre_dispatch_bwd 2 -> 1 exposed, 2 covered;
-    # dispatch_fwd + dispatch_bwd 6 behind mlp_bwd + dw + fwd 8 -> all covered, half of it in each pass;
-    # combine_bwd 3 behind pre_dispatch_fwd 1 + the deferred attention wgrad 0.5 -> 1.5 exposed, 1.5 covered
-    assert w.f[EP] == pytest.approx(1.0 + k * 2.0 + k * 3.0, rel=1e-12)
-    assert w.b[EP] == pytest.approx(1.5 + k * 1.5 + k * 3.0, rel=1e-12)
-    # hidden behind the whole other pass instead, the forward's 6 ms behind 7.5 ms of backward compute (all
-    # covered) and the backward's 6 behind 4 ms of forward compute (2 exposed) would show 2 + 10k: the
-    # phases expose 2.5 + 9.5k, more for any overlap cost below 1
-    assert w.f[EP] + w.b[EP] == pytest.approx(2.5 + 9.5 * k, rel=1e-12)
-    assert w.f[EP] + w.b[EP] > 2.0 + 10.0 * k
+def test_a_micro_batchs_own_chain_binds_when_neither_stream_is_full():
+    # forward chain attention 3 -> dispatch 1 -> MLP 3 -> combine 1 = 8 ms per layer, although the compute
+    # stream holds 3 + 0.5 + 3 + 0.5 = 7 ms and the communication stream 4 ms
+    assert _pair_period((3.0, 0.5, 0.0), (3.0, 0.5, 0.0), 1.0) == pytest.approx(8.0, rel=1e-12)
 
 
-def test_an_exchange_shorter_than_every_phase_costs_only_the_overlap():
+def test_short_transfers_hide_entirely_behind_the_compute():
+    # compute 4 + 8 + 2 + 6 + 8 + 4 = 32 ms; every chain and the 2 ms of transfers fit inside it
+    assert _pair_period((4.0, 8.0, 2.0), (6.0, 8.0, 4.0), 0.5) == pytest.approx(32.0, rel=1e-12)
+
+
+def test_what_the_period_exceeds_the_compute_by_is_exposed_the_rest_costs_the_overlap():
     c = constants(gpu("h100-sxm"))
     w = Builder()
-    w.add(ATTN, 4.0, 8.0, 2.0)
-    w.add(GEMM, 6.0, 8.0, 4.0)
-    w.add(EP, 2.0, 2.0)
-    _ep_overlap(SimpleNamespace(c=c), w, (4.0, 8.0, 2.0))
-    assert w.f[EP] == pytest.approx(c.overlap_cost * 2.0, rel=1e-12)
-    assert w.b[EP] == pytest.approx(c.overlap_cost * 2.0, rel=1e-12)
+    w.add(ATTN, 3.0, 0.5, 0.0)
+    w.add(GEMM, 3.0, 0.5, 0.0)
+    w.add(EP, 2.0, 2.0)  # each pass: dispatch 1 + combine 1
+    _ep_overlap(SimpleNamespace(c=c), w, (3.0, 0.5, 0.0))
+    # by hand (the chain-bound case above): period 8 - compute 7 = 1 ms exposed, 4 - 1 = 3 ms covered
+    total = 1.0 + c.overlap_cost * 3.0
+    assert w.f[EP] == pytest.approx(total / 2, rel=1e-12)
+    assert w.b[EP] == pytest.approx(total / 2, rel=1e-12)

@@ -222,26 +222,59 @@ def _fsdp(ctx: Ctx, w: Builder, params: tuple[float, float]) -> None:
     w.add(FSDP, _hidden_behind(gather, busy_f, ctx.c), _hidden_behind(gather + scatter, busy_b, ctx.c))
 
 
+# Layer pairs run through `_pair_period`'s two-stream timeline before its per-pair period is read off: the
+# first pairs fill the streams, later ones repeat.
+PAIRS_SIMULATED = 8
+
+
+def _pair_period(attn: tuple[float, float, float], mlp: tuple[float, float, float], comm: float) -> float:
+    """ms per layer pair of megatron-core's combined 1F1B in steady state (models/common/
+    model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` @ d98e8a64dd). Each pair launches, in
+    this order, on the compute stream attention forward, MoE MLP backward, its wgrad, MoE MLP forward,
+    attention backward and its wgrad, and on the communication stream the backward's combine, the
+    forward's dispatch, the backward's dispatch and the forward's combine, `comm` ms each. A stream runs its
+    work in launch order; each micro-batch's nodes share one CUDA event that every node waits on and then
+    records (pipeline_parallel/utils.py `ScheduleNode.stream_acquire_context`), so a micro-batch's nodes run
+    one after another across both streams: forward attention -> dispatch -> MLP -> combine -> next layer's
+    attention, backward combine -> MLP -> dispatch -> attention -> next layer's combine. The wgrad nodes
+    (`backward_dw`) neither wait on nor record the event. `attn`, `mlp`: (forward, data-grad, wgrad) ms."""
+    af, ab, aw = attn
+    mf, mb, mw = mlp
+    comp = link = f_done = b_done = 0.0
+    ends = []
+    for _ in range(PAIRS_SIMULATED):
+        link = comb_b = max(link, b_done) + comm
+        comp = attn_f = max(comp, f_done) + af
+        comp = mlp_b = max(comp, comb_b) + mb
+        link = disp_f = max(link, attn_f) + comm
+        comp += mw
+        link = disp_b = max(link, mlp_b) + comm
+        comp = mlp_f = max(comp, disp_f) + mf
+        link = f_done = max(link, mlp_f) + comm
+        comp = b_done = max(comp, disp_b) + ab
+        comp += aw
+        ends.append(max(comp, link))
+    half = PAIRS_SIMULATED // 2
+    return (ends[-1] - ends[half - 1]) / (PAIRS_SIMULATED - half)
+
+
 def _ep_overlap(ctx: Ctx, w: Builder, pre: tuple[float, float, float]) -> None:
     """overlap_moe_expert_parallel_comm: Megatron's combined 1F1B runs one micro-batch's forward beside
-    another's backward, layer by layer, in three phases per layer pair (megatron-core
-    models/common/model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` @ d98e8a64dd):
-      comm stream:  combine_bwd       | dispatch_fwd -> dispatch_bwd       | combine_fwd
-      comp stream:  pre_dispatch_fwd  | mlp_bwd -> mlp_bwd_dw -> mlp_fwd   | pre_dispatch_bwd
-    so each exchange hides only behind its own phase's compute: the backward's combine behind the
-    attention block's forward (and the previous layer's deferred attention wgrad, `pre_dispatch_computation
-    .backward_dw`, launched after the phases under `delay_wgrad_compute`), both dispatches behind the MoE
-    MLP's backward, wgrad and forward, the forward's combine behind the attention block's data-grad
-    backward (`_hidden_behind` each). `pre`: the attention block's (forward, data-grad, wgrad) ms. Dispatch
-    and combine move the same bytes (`moe_layer.dispatch_combine`), half of each pass's exchange each.
-    Not modelled: warm-up and cool-down micro-batches, which have no partner, are counted as overlapped."""
-    attn_f, attn_b, attn_w = pre
+    another's backward, layer by layer (`_pair_period`): what the pair's period exceeds its compute by is
+    exposed, the rest of the exchange is covered at `overlap_cost` (`_hidden_behind`), split between the
+    passes like their exchanges. `pre`: the attention block's (forward, data-grad, wgrad) ms; the rest of
+    the layer's compute is the MoE MLP's. Dispatch and combine move the same bytes
+    (`moe_layer.dispatch_combine`), half of each pass's exchange each. Not modelled: warm-up and cool-down
+    micro-batches, which have no partner, are counted as overlapped."""
     comm_f, comm_b = w.f[EP], w.b[EP]
-    mlp = sum(w.f) - comm_f - attn_f + sum(w.b) + sum(w.w) - comm_b - attn_b - attn_w
-    dispatch = _hidden_behind(comm_f / 2 + comm_b / 2, mlp, ctx.c)
-    share_f = comm_f / (comm_f + comm_b) if comm_f + comm_b > 0 else 0.5
-    w.f[EP] = _hidden_behind(comm_f / 2, attn_b, ctx.c) + share_f * dispatch
-    w.b[EP] = _hidden_behind(comm_b / 2, attn_f + attn_w, ctx.c) + (1 - share_f) * dispatch
+    if comm_f + comm_b <= 0:
+        return
+    mlp = (sum(w.f) - comm_f - pre[0], sum(w.b) - comm_b - pre[1], sum(w.w) - pre[2])
+    compute = sum(pre) + sum(mlp)
+    exposed = _pair_period(pre, mlp, (comm_f + comm_b) / 4) - compute
+    total = exposed + ctx.c.overlap_cost * (comm_f + comm_b - exposed)
+    w.f[EP] = total * comm_f / (comm_f + comm_b)
+    w.b[EP] = total * comm_b / (comm_f + comm_b)
 
 
 def _plus_since(gemm: tuple[float, float], now: tuple[float, float], before: tuple[float, float]
