@@ -124,6 +124,7 @@ class _Limits:
     moe_bias: bool  # a MoE model with linear biases: experts run only at ETP 1
     num_experts: int
     expert_ffn: int
+    shared_experts: bool  # a MoE model with shared experts (moe_shared_expert_intermediate_size set)
     num_layers: int
     has_fp8: bool
     gpu_name: str
@@ -141,6 +142,7 @@ def _limits(model: ModelArch, cluster: ClusterSpec) -> _Limits:
         tp_dims=tp_dims, tp_gcd=math.gcd(*(dim for dim, _ in tp_dims)),
         is_moe=model.is_moe, moe_bias=model.is_moe and model.add_bias_linear, num_experts=model.num_experts or 0,
         expert_ffn=model.expert_ffn,
+        shared_experts=model.is_moe and model.moe_shared_expert_intermediate_size is not None,
         num_layers=model.num_layers, has_fp8=cluster.gpu.has_fp8, gpu_name=cluster.gpu.name,
         mla=model.multi_latent_attention, amd=cluster.gpu.vendor == "amd", mtp=model.mtp_num_layers,
     )
@@ -167,6 +169,7 @@ def validate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> li
     _precision_rules(lim, c, facts, out)
     _recompute_layer_rules(lim, c, facts, out)
     _legacy_grouped_gemm_rules(lim, c, facts, out)
+    _shared_overlap_rules(lim, c, facts, out)
     return out
 
 
@@ -245,6 +248,25 @@ def _legacy_grouped_gemm_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: l
         out.append(_violation("legacy_gg_turbo", "sync-free stages 2-3 need Primus-Turbo's grouped GEMM, which "
                               "\"is incompatible with moe_use_legacy_grouped_gemm=True\" (Primus "
                               "rocm_arg_validation.py); set moe_use_legacy_grouped_gemm false"))
+
+
+def _shared_overlap_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:
+    """What megatron-core refuses of `moe_shared_expert_overlap` on a model with shared experts
+    (Megatron-LM d98e8a6 transformer/transformer_config.py `__post_init__`): the allgather dispatcher ("only
+    works with alltoall or flex token dispatcher"), the `shared_experts` recompute module ("cannot work with
+    --moe-shared-expert-overlap") and EP all-to-all overlap ("disable moe_shared_expert_overlap when enabling
+    overlap_moe_expert_parallel_comm")."""
+    if not (lim.shared_experts and c["moe_shared_expert_overlap"]):
+        return
+    if facts.dispatch == ALLGATHER:
+        out.append(_violation("shared_overlap_dispatcher", "moe_shared_expert_overlap only works with the "
+                              "alltoall or flex token dispatcher"))
+    if "shared_experts" in facts.recompute.modules:
+        out.append(_violation("shared_overlap_recompute", "the shared_experts recompute module cannot work with "
+                              "moe_shared_expert_overlap"))
+    if c["overlap_moe_expert_parallel_comm"]:
+        out.append(_violation("shared_overlap_ep_overlap", "moe_shared_expert_overlap is refused with "
+                              "overlap_moe_expert_parallel_comm"))
 
 
 def _pipeline_rules(lim: _Limits, c: dict, facts: LayoutFacts, out: list[Violation]) -> None:

@@ -101,3 +101,26 @@ def test_legacy_grouped_gemm_rules():
     assert "legacy_gg_bias" in codes(biased, mc, etp=1)
     sequential = legacy.model_copy(update={"training": legacy.training.model_copy(update={"moe_grouped_gemm": False})})
     assert "legacy_gg_bias" not in codes(sequential.model_copy(update={"model": biased.model}), mc, etp=1)
+
+
+def test_shared_expert_overlap_rules():
+    """Megatron-LM d98e8a6 transformer/transformer_config.py `__post_init__`, on a model with shared experts:
+    moe_shared_expert_overlap "only works with alltoall or flex token dispatcher", the shared_experts recompute
+    module "cannot work with --moe-shared-expert-overlap", and EP all-to-all overlap asserts "disable
+    moe_shared_expert_overlap". Mixtral has no shared expert: megatron-core checks nothing there."""
+    w, c = example("deepseek")  # DeepSeek-V3 (one shared expert, 2048 wide), allgather dispatcher, full recompute
+
+    def overlapped(workload):
+        return workload.model_copy(update={"training": workload.training.model_copy(
+            update={"moe_shared_expert_overlap": True})})
+
+    assert codes(w, c) == set()
+    assert codes(overlapped(w), c) == {"shared_overlap_dispatcher"}
+    assert codes(overlapped(w), c, moe_token_dispatcher_type="alltoall") == set()
+    assert codes(overlapped(w), c, moe_token_dispatcher_type="flex") == set()
+    assert "shared_overlap_recompute" in codes(overlapped(w), c, moe_token_dispatcher_type="alltoall",
+                                               recompute_granularity="selective", recompute_modules=["shared_experts"])
+    assert "shared_overlap_ep_overlap" in codes(overlapped(w), c, overlap_moe_expert_parallel_comm=True)
+    assert "shared_overlap_ep_overlap" not in codes(w, c, overlap_moe_expert_parallel_comm=True)
+    m, mc = example("mixtral")
+    assert codes(overlapped(m), mc, moe_token_dispatcher_type="allgather") == set()

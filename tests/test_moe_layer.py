@@ -100,6 +100,24 @@ def test_sequential_expert_gemms_are_slower_than_grouped_for_many_experts():
     assert transformer_layer(sequential, True, params).f[GEMM] > 1.1 * transformer_layer(grouped, True, params).f[GEMM]
 
 
+def test_te_grouped_expert_gemms_run_four_experts_at_a_time_by_hand():
+    """TE's grouped GEMM runs one cuBLAS GEMM per local expert over 4 streams (TransformerEngine d0067d0
+    cublaslt_gemm.cu `multi_stream_cublas_gemm`, multi_stream.cpp: 4 compute streams): the 32 local experts'
+    fc1 [M, H] x [H, 2F] and fc2 [M, F] x [F, H] at M = R / 32 rows each are 8 rounds of 4 concurrent GEMMs.
+    The layer's forward GEMM time with and without grouped GEMM differ by exactly the experts' part: grouped,
+    8 rounds of a 4-GEMM batch per linear; sequential (SequentialMLP), 32 single GEMMs per linear."""
+    grouped, a, _ = _ctx()
+    sequential, _, _ = _ctx(moe_grouped_gemm=False)
+    g = grouped.gemm.gemm_ms
+    m = round(routed_rows(grouped) / (E // EP_SIZE))
+    rounds = 8 * (g(m, 2 * F, H, "bf16", 4) + g(m, H, F, "bf16", 4))
+    single = 32 * (g(m, 2 * F, H, "bf16", 1) + g(m, H, F, "bf16", 1))
+    params = block_weights(a, 1, 1, EP_SIZE, False, 4096)[1]
+    diff = transformer_layer(sequential, True, params).f[GEMM] - transformer_layer(grouped, True, params).f[GEMM]
+    assert diff == pytest.approx(single - rounds, rel=1e-9)
+    assert rounds >= g(m, 2 * F, H, "bf16", 32) + g(m, H, F, "bf16", 32)  # never faster than one pooled launch
+
+
 def test_the_legacy_grouped_mlp_runs_its_expert_gemms_in_bf16_under_fp8():
     """megatron-core 0.16.1's legacy GroupedMLP multiplies with the grouped_gemm package's `gmm`, which has no
     FP8 path (transformer/moe/experts.py), while attention, router and shared experts keep TE's FP8 linears:

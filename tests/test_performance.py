@@ -18,7 +18,7 @@ from paratune.oracle.performance import (
 )
 from paratune.oracle.performance.bound import _tails, extrapolation_bound
 from paratune.oracle.performance.calibration import constants, with_fitted
-from paratune.oracle.performance.gemm import RooflineGemm
+from paratune.oracle.performance.gemm import TE_GROUPED_STREAMS, RooflineGemm, multi_stream_ms
 from paratune.oracle.performance.gemm_origami import ORIGAMI_ARCHS, origami_available
 from paratune.oracle.performance.schedule import (
     SPLIT_BACKWARD,
@@ -68,6 +68,28 @@ def test_fp8_gemm_faster_and_skinny_gemm_bounded_by_hbm_traffic():
     m, n, k = 16384, 16384, 8
     traffic_ms = (m * k * 2 + k * n * 2 + m * n * 2) / (h100.hbm_tb_s * 1e12 * c.hbm_eff) * 1e3
     assert g.gemm_ms(m, n, k, "bf16") >= traffic_ms
+
+
+def test_te_grouped_gemm_runs_four_expert_gemms_at_a_time():
+    """TransformerEngine's grouped GEMM is one cuBLAS GEMM per expert, round-robin over 4 compute streams
+    (TE d0067d0 common/util/multi_stream.cpp `get_num_compute_streams` returns 4; cublaslt_gemm.cu
+    `multi_stream_cublas_gemm`). By hand on H100 (132 SMs, 256x128 tiles): 16 experts of M = 256, N = 256 have
+    2 tiles each, so 4 resident GEMMs hold 8 tiles, one wave per round, and the 16 GEMMs take 4 rounds = 4 waves
+    (4 latencies), where one pooled launch of all 32 tiles would take 1 wave (1 latency). 6 experts: a round of
+    4 and one of 2."""
+    h100 = gpu("h100-sxm")
+    c = constants(h100)
+    g = RooflineGemm(h100, c)
+    assert TE_GROUPED_STREAMS == 4
+    lat = c.gemm_latency_us * 1e-3
+    pooled = g.gemm_ms(256, 256, 4096, "bf16", 16)
+    one_wave = pooled - lat
+    assert multi_stream_ms(g, 256, 256, 4096, "bf16", 16) == pytest.approx(4 * (one_wave + lat))
+    assert multi_stream_ms(g, 256, 256, 4096, "bf16", 6) == pytest.approx(2 * (one_wave + lat))
+    # large experts fill the SMs either way: 16 x 256 tiles pool into ceil(4096 / 132) = 32 waves, the rounds
+    # into 4 x ceil(1024 / 132) = 32 waves (plus 3 more latencies)
+    big = g.gemm_ms(2048, 4096, 4096, "bf16", 16)
+    assert multi_stream_ms(g, 2048, 4096, 4096, "bf16", 16) == pytest.approx(big + 3 * lat)
 
 
 def test_gemm_backend_is_roofline_for_nvidia_and_origami_for_amd_when_installed():

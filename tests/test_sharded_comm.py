@@ -73,7 +73,7 @@ def test_ep_overlap_pair_matches_bridges_published_hybridep_steps():
     pretraining on 16 H100, BF16, seq 4096, TP1 PP1 CP1 EP16, MBS 1, GBS 1024, flex + HybridEP:
     24.7138 s per step with EP overlap off, 20.9920 s on (1.177x). Each projected step is within 8 % of
     its published time (HybridEP's internode rate counts only the bytes that cross the NIC,
-    ep_bandwidth.py) and the overlap speeds the step up. Not matched: the projected speed-up is 1.28x,
+    ep_bandwidth.py) and the overlap speeds the step up. Not matched: the projected speed-up is 1.27x,
     the overlap hides more of the exchange than the published pair shows (layers.py `_ep_overlap`)."""
     model = ModelArch(**model_card("qwen3-30b-a3b"))
     training = TrainingArgs(seq_length=4096, global_batch_size=1024, micro_batch_size=1, expert_model_parallel_size=16,

@@ -20,6 +20,9 @@ from .calibration import Constants, constants
 TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.9))
 _IN_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2}
 _OUT_BYTES = 2
+# Compute streams TransformerEngine spreads a grouped GEMM's per-expert cuBLAS GEMMs over
+# (TransformerEngine d0067d0 common/util/multi_stream.cpp `get_num_compute_streams`: a constant 4).
+TE_GROUPED_STREAMS = 4
 
 
 class GemmBackend(Protocol):
@@ -80,6 +83,28 @@ def _origami_for(gpu: GPUSpec, c: Constants) -> GemmBackend | None:
     if gpu.name not in gemm_origami.ORIGAMI_ARCHS or not gemm_origami.origami_available():
         return None
     return ScaledOrigami(gemm_origami.OrigamiGemm(gpu.name), c)
+
+
+def multi_stream_ms(backend: GemmBackend, m: int, n: int, k: int, dtype: str, gemms: int,
+                    streams: int = TE_GROUPED_STREAMS) -> float:
+    """ms of `gemms` equal m x n x k GEMMs issued as separate kernels round-robin over `streams` CUDA streams.
+
+    TE's grouped GEMM (GroupedLinear -> `general_grouped_gemm` -> `te_general_grouped_gemm` ->
+    `nvte_multi_tensor_gemm`) is not one grouped kernel: without NVTE_USE_CUTLASS_GROUPED_GEMM (default off,
+    Hopper only) it takes `multi_stream_cublas_gemm` (TransformerEngine d0067d0
+    common/gemm/cublaslt_gemm.cu), one cuBLAS GEMM per expert, GEMM i on compute stream i % 4, all streams
+    joined at the end. At most `streams` of them are resident at once, so they run in rounds of `streams`
+    kernels sharing the SMs (one batched launch of the backend: their tiles share the waves, their latencies
+    overlap) and a last round of the remainder: at a small per-expert M a round's tiles do not fill the GPU,
+    which one pooled launch of all the experts' tiles would hide. Not modelled: TE's grouped-tensor paths,
+    one grouped kernel (cuBLASLt 13.3+ grouped GEMM, TE 2d80391f7; megatron-core's op-fuser MoE path,
+    `use_transformer_engine_op_fuser` with `moe_use_grouped_tensor`, and its CuTe-DSL fused grouped MLP,
+    NVTE_CUTEDSL_FUSED_GROUPED_MLP=1, which Megatron-Bridge 0.6.0's Blackwell DeepSeek-V3 and GPT-OSS perf
+    recipes set); at those rows' 2-8 local experts of thousands of rows each, the one or two rounds fill the
+    SMs as one pooled launch does."""
+    full, rest = divmod(gemms, streams)
+    t = full * backend.gemm_ms(m, n, k, dtype, streams) if full else 0.0
+    return t + (backend.gemm_ms(m, n, k, dtype, rest) if rest else 0.0)
 
 
 @lru_cache(maxsize=64)

@@ -66,10 +66,15 @@ def _scope_ops(ctx: Ctx, moe: bool) -> dict[str, float]:
 def _expert_ops(ctx: Ctx, local: int) -> int:
     """Forward launches of the routed experts: the grouped fc1, activation and fc2, or three per local expert
     (SequentialMLP's fc1, activation and fc2; FP8 quantises each expert's input of each GEMM, which the legacy
-    GroupedMLP, BF16, does not). The legacy GroupedMLP's ROCm path runs one activation over all rows
-    (experts.py GroupedMLP) but its per-expert GEMMs on 4 streams (Primus docs/04-technical-guides/
-    moe-training.md); it is counted as three per expert too, a count no source gives per launch: with one
-    activation instead, the AMD MoE rows fit worse (moe/amd in-sample 7.0 % against 4.9 %)."""
+    GroupedMLP, BF16, does not). TE's grouped fc1 and fc2 are one Python call each whose C++ loop issues one
+    cuBLAS GEMM per local expert (TransformerEngine d0067d0 common/gemm/cublaslt_gemm.cu
+    `multi_stream_cublas_gemm`; their GPU time is `gemm.multi_stream_ms`'s); those launches carry no Python
+    of their own and are not counted at `launch_us`, a per-launch cost that includes it: counted so, the NVIDIA
+    MoE rows fit worse (moe/nvidia in-sample 11.3 % against 10.4 %, held-out 19.6 % against 16.3 %). The
+    legacy GroupedMLP's ROCm path runs one activation over all rows (experts.py GroupedMLP) but its per-expert
+    GEMMs on 4 streams (Primus docs/04-technical-guides/moe-training.md); it is counted as three per expert
+    too, a count no source gives per launch: with one activation instead, the AMD MoE rows fit worse (moe/amd
+    in-sample 7.0 % against 4.9 %)."""
     q = 1 if ctx.expert_dtype() == "fp8" else 0
     if ctx.grouped_gemm:
         return EXPERT_OPS + 2 * q * local

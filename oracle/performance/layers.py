@@ -30,6 +30,7 @@ from .constants import (
 )
 from .context import HALF, Ctx
 from .flops import attended_keys
+from .gemm import multi_stream_ms
 from .host_issue import host_bound
 from .moe_layer import routed_experts
 from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
@@ -45,8 +46,14 @@ def _linear(ctx: Ctx, w: Builder, m: float, n: float, k: float, dtype: str) -> N
 
 
 def _grouped(ctx: Ctx, w: Builder, m: float, n: float, k: float, groups: int, dtype: str) -> None:
-    """A grouped GEMM over `groups` local experts of `m` tokens each."""
-    g = ctx.gemm.gemm_ms
+    """A grouped GEMM over `groups` local experts of `m` tokens each: TE's GroupedLinear runs one cuBLAS GEMM
+    per expert over its compute streams (`gemm.multi_stream_ms`); the legacy GroupedMLP's CUTLASS grouped
+    kernel (the grouped_gemm package's `gmm`) is one launch whose tiles share the waves."""
+    def g(m: int, n: int, k: int, dtype: str, groups: int) -> float:
+        if ctx.legacy_grouped or groups == 1:
+            return ctx.gemm.gemm_ms(m, n, k, dtype, groups)
+        return multi_stream_ms(ctx.gemm, m, n, k, dtype, groups)
+
     m, n, k = max(1, round(m)), int(n), int(k)
     w.add(GEMM, g(m, n, k, dtype, groups), g(m, k, n, dtype, groups), g(k, n, m, dtype, groups))
     if dtype == "fp8":
@@ -215,17 +222,59 @@ def _fsdp(ctx: Ctx, w: Builder, params: tuple[float, float]) -> None:
     w.add(FSDP, _hidden_behind(gather, busy_f, ctx.c), _hidden_behind(gather + scatter, busy_b, ctx.c))
 
 
-def _ep_overlap(ctx: Ctx, w: Builder) -> None:
+# Layer pairs run through `_pair_period`'s two-stream timeline before its per-pair period is read off: the
+# first pairs fill the streams, later ones repeat.
+PAIRS_SIMULATED = 8
+
+
+def _pair_period(attn: tuple[float, float, float], mlp: tuple[float, float, float], comm: float) -> float:
+    """ms per layer pair of megatron-core's combined 1F1B in steady state (models/common/
+    model_chunk_schedule_plan.py `TransformerLayerSchedulePlan.run` @ d98e8a64dd). Each pair launches, in
+    this order, on the compute stream attention forward, MoE MLP backward, its wgrad, MoE MLP forward,
+    attention backward and its wgrad, and on the communication stream the backward's combine, the
+    forward's dispatch, the backward's dispatch and the forward's combine, `comm` ms each. A stream runs its
+    work in launch order; each micro-batch's nodes share one CUDA event that every node waits on and then
+    records (pipeline_parallel/utils.py `ScheduleNode.stream_acquire_context`), so a micro-batch's nodes run
+    one after another across both streams: forward attention -> dispatch -> MLP -> combine -> next layer's
+    attention, backward combine -> MLP -> dispatch -> attention -> next layer's combine. The wgrad nodes
+    (`backward_dw`) neither wait on nor record the event. `attn`, `mlp`: (forward, data-grad, wgrad) ms."""
+    af, ab, aw = attn
+    mf, mb, mw = mlp
+    comp = link = f_done = b_done = 0.0
+    ends = []
+    for _ in range(PAIRS_SIMULATED):
+        link = comb_b = max(link, b_done) + comm
+        comp = attn_f = max(comp, f_done) + af
+        comp = mlp_b = max(comp, comb_b) + mb
+        link = disp_f = max(link, attn_f) + comm
+        comp += mw
+        link = disp_b = max(link, mlp_b) + comm
+        comp = mlp_f = max(comp, disp_f) + mf
+        link = f_done = max(link, mlp_f) + comm
+        comp = b_done = max(comp, disp_b) + ab
+        comp += aw
+        ends.append(max(comp, link))
+    half = PAIRS_SIMULATED // 2
+    return (ends[-1] - ends[half - 1]) / (PAIRS_SIMULATED - half)
+
+
+def _ep_overlap(ctx: Ctx, w: Builder, pre: tuple[float, float, float]) -> None:
     """overlap_moe_expert_parallel_comm: Megatron's combined 1F1B runs one micro-batch's forward beside
-    another's backward, layer by layer, so the forward's dispatch/combine hides behind the backward's
-    compute and the backward's behind the forward's (megatron-core pipeline_parallel/combined_1f1b.py,
-    models/common/model_chunk_schedule_plan.py). Not modelled: warm-up and cool-down micro-batches,
-    which have no partner, are counted as overlapped too."""
+    another's backward, layer by layer (`_pair_period`): what the pair's period exceeds its compute by is
+    exposed, the rest of the exchange is covered at `overlap_cost` (`_hidden_behind`), split between the
+    passes like their exchanges. `pre`: the attention block's (forward, data-grad, wgrad) ms; the rest of
+    the layer's compute is the MoE MLP's. Dispatch and combine move the same bytes
+    (`moe_layer.dispatch_combine`), half of each pass's exchange each. Not modelled: warm-up and cool-down
+    micro-batches, which have no partner, are counted as overlapped."""
     comm_f, comm_b = w.f[EP], w.b[EP]
-    busy_f = sum(w.f) - comm_f
-    busy_b = sum(w.b) + sum(w.w) - comm_b
-    w.f[EP] = _hidden_behind(comm_f, busy_b, ctx.c)
-    w.b[EP] = _hidden_behind(comm_b, busy_f, ctx.c)
+    if comm_f + comm_b <= 0:
+        return
+    mlp = (sum(w.f) - comm_f - pre[0], sum(w.b) - comm_b - pre[1], sum(w.w) - pre[2])
+    compute = sum(pre) + sum(mlp)
+    exposed = _pair_period(pre, mlp, (comm_f + comm_b) / 4) - compute
+    total = exposed + ctx.c.overlap_cost * (comm_f + comm_b - exposed)
+    w.f[EP] = total * comm_f / (comm_f + comm_b)
+    w.b[EP] = total * comm_b / (comm_f + comm_b)
 
 
 def _plus_since(gemm: tuple[float, float], now: tuple[float, float], before: tuple[float, float]
@@ -242,13 +291,14 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     gemm = w.gemm()  # the TP regions' GEMMs: attention, then the dense MLP or the shared experts
     _norms_residuals(ctx, w)
     pre_f = w.forward_ms()
+    pre = (pre_f, sum(w.b), sum(w.w))
     if moe:
         _experts(ctx, w)
         if ctx.shape.shared_ffn:
             gemm = _shared_experts(ctx, w, gemm)
         _tp_collectives(ctx, w, 1 + (1 if ctx.shape.shared_ffn else 0), gemm)
         if ctx.ep_overlap:
-            _ep_overlap(ctx, w)
+            _ep_overlap(ctx, w, pre)
     else:
         start, before = w.forward_ms(), w.gemm()
         _mlp(ctx, w, ctx.shape.ffn)

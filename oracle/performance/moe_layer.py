@@ -70,10 +70,11 @@ def permutation(ctx: Ctx, w: Builder, rows: float) -> None:
 
 def expert_mlps(ctx: Ctx, w: Builder, rows: float, grouped, activation) -> None:
     """fc1 [R, H] x [H, g·F/ETP] and fc2 [R, F/ETP] x [F/ETP, H] over the E/EP local experts at M = R/(E/EP)
-    rows each: one grouped launch (TE GroupedLinear, `moe_grouped_gemm`) whose tiles share the waves, or
-    one GEMM per expert (SequentialMLP, a Python loop: each expert's GEMMs pay their own wave tail and
-    launch; also Primus's legacy GroupedMLP on ROCm); then the gated activation × probs over R rows. The
-    legacy GroupedMLP's GEMMs run BF16 (`Ctx.expert_dtype`)."""
+    rows each: with `moe_grouped_gemm`, TE GroupedLinear's one cuBLAS GEMM per expert over four streams
+    (`layers._grouped`, `gemm.multi_stream_ms`) or the legacy GroupedMLP's one CUTLASS grouped launch whose
+    tiles share the waves; without it one GEMM per expert (SequentialMLP, a Python loop: each expert's GEMMs
+    pay their own wave tail and launch; also Primus's legacy GroupedMLP on ROCm); then the gated activation
+    × probs over R rows. The legacy GroupedMLP's GEMMs run BF16 (`Ctx.expert_dtype`)."""
     a, dtype = ctx.shape, ctx.expert_dtype()
     local = max(1, a.experts // ctx.ep)
     m, ffn = rows / local, a.expert_ffn / ctx.etp
