@@ -239,12 +239,17 @@ def rank_end_times_many(schedule: str, p: int, v: int, m: int,
     if m <= 3 * p:
         ends = rank_end_times_batch(schedule, p, v, m, unique)
     else:
-        k = (m - 2 * p) / p
         lows = rank_end_times_batch(schedule, p, v, 2 * p, unique)
         highs = rank_end_times_batch(schedule, p, v, 3 * p, unique)
-        ends = [tuple(a + k * (z - a) for a, z in zip(lo, hi)) for lo, hi in zip(lows, highs)]
+        ends = [tuple(extrapolated(a, z, m, p) for a, z in zip(lo, hi)) for lo, hi in zip(lows, highs)]
     by_input = dict(zip(unique, ends))
     return [by_input[x] for x in inputs]
+
+
+def extrapolated(lo: Any, hi: Any, m: Any, p: int) -> Any:
+    """A rank's end after m > 3p micro-batches from its ends after 2p (`lo`) and 3p (`hi`): lo + k·(hi - lo),
+    k = (m - 2p)/p (numbers, or numpy arrays with one element per layout)."""
+    return lo + (m - 2 * p) / p * (hi - lo)
 
 
 @lru_cache(maxsize=8192)

@@ -38,7 +38,7 @@ from .pipeline import (
     recompute_indices,
     stage_counts,
 )
-from .schedule import rank_end_times_arrays, timeline_inputs
+from .schedule import extrapolated, rank_end_times_arrays, timeline_inputs
 from .work import COMPONENTS, ZERO, vadd
 
 
@@ -122,9 +122,9 @@ def _slowest_ranks(xs: Sequence[_Prepared], world: int) -> _Slowest:
 
     Over arrays: the layouts with one program shape (schedule, PP, VPP: `_Shape`) share their per-stage and
     per-rank sums, taken once per distinct (blocks, stage plan, recompute modules) (`blocks` and `chunks`
-    return one object per context and plan); the timelines of one program run together, once per distinct
-    input. Every layout takes the same operations in the same order as a batch of one, so a batch agrees
-    with `simulate` to the last bit."""
+    return one object per context and plan); the timelines of one program run together. Every layout takes
+    the same operations in the same order as a batch of one, so a batch agrees with `simulate` to the last
+    bit."""
     shapes: dict[tuple, list[int]] = {}
     for i, x in enumerate(xs):
         shapes.setdefault((x.pl.schedule, x.pl.p, x.pl.v), []).append(i)
@@ -192,8 +192,8 @@ class _Shape:
         return cls(xs, world, reps, np.array(which, dtype=np.int64))
 
     def timelines(self) -> list[tuple[int, np.ndarray]]:
-        """(micro-batches, the block sets that run them) of the timelines the layouts need: their own m up to 3p,
-        else those of 2p and 3p (`schedule.rank_end_times_many` extrapolates beyond)."""
+        """(micro-batches, the columns that run them) of the timelines the layouts need: their own m up to 3p, else
+        those of 2p and 3p (`schedule.extrapolated` beyond)."""
         if self.p == 1:
             return []
         p, m, which = self.p, self.m, self.which
@@ -218,7 +218,7 @@ class _Shape:
         if big.any():
             rows = np.flatnonzero(big)
             lo, hi = self.ends[2 * p][:, which[rows]], self.ends[3 * p][:, which[rows]]
-            ends[:, rows] = lo + (m[rows] - 2 * p) / p * (hi - lo)
+            ends[:, rows] = extrapolated(lo, hi, m[rows], p)
         return ends
 
     def slowest(self) -> np.ndarray:
