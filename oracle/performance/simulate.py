@@ -166,7 +166,9 @@ class _Shape:
         mine = ranks.T  # per position on a rank: each rank's stage there
         self.fwd = sum(f[i] for i in mine)
         self.bwd = sum((b + w)[i] for i in mine)
-        self.dense, self.expert = (held([[c[i] for c in counts[:4]] for i in mine], table[:, k]) for k in (3, 4))
+        held_counts = counts[:4, mine]  # (block, position on a rank, rank, column)
+        per_position = [list(held_counts[:, j]) for j in range(len(mine))]
+        self.dense, self.expert = (held(per_position, table[:, k]) for k in (3, 4))
         self.m = np.array([y.pl.m for y in xs], dtype=np.int64)
         self.ends: dict[int, np.ndarray] = {}
         self.durations = self.edges = np.empty((0, 0))
@@ -239,21 +241,18 @@ class _Shape:
         cp = np.array([rep.ctx.cp for rep in self.reps], dtype=np.int64)[which]
         hbm = np.array([rep.ctx.hbm for rep in self.reps])[which]
         c = xs[0].ctx.c
-        ends = self.rank_ends()
-        totals, exposed, opts, bubbles = [], [], [], []
-        for r in range(self.p):
-            fwd, bwd = self.fwd[r, which], self.bwd[r, which]
-            dense, expert = self.dense[r, which], self.expert[r, which]
-            grads, params = table[t, r, 0], table[t, r, 1]
-            hidden = dp_exposed(grads, params, dense, expert, fwd, bwd, c)
-            exposed.append(np.where(fsdp, 0.0, np.where(overlap, hidden, grads + params)))
-            opts.append(np.where(fsdp | distopt, adam_ms(dense, expert, dp * cp, edp, hbm, True),
-                                 adam_ms(dense, expert, dp * cp, edp, hbm, False)))
-            totals.append(ends[r] + exposed[-1] + opts[-1])
-            bubbles.append(ends[r] - m * (fwd + bwd))
-        rank = np.argmax(np.array(totals), axis=0)[None, :]
-        pick = [np.take_along_axis(np.array(x), rank, axis=0)[0] for x in (totals, exposed, opts, bubbles)]
-        return np.array([pick[0], rank[0], pick[1], pick[2], pick[3]])
+        ends = self.rank_ends()  # from here on, each rank (rows) of each layout (columns)
+        fwd, bwd = self.fwd[:, which], self.bwd[:, which]
+        dense, expert = self.dense[:, which], self.expert[:, which]
+        grads, params = table[t, :, 0].T, table[t, :, 1].T
+        hidden = dp_exposed(grads, params, dense, expert, fwd, bwd, c)
+        exposed = np.where(fsdp, 0.0, np.where(overlap, hidden, grads + params))
+        opt = np.where(fsdp | distopt, adam_ms(dense, expert, dp * cp, edp, hbm, True),
+                       adam_ms(dense, expert, dp * cp, edp, hbm, False))
+        totals = ends + exposed + opt
+        rank = np.argmax(totals, axis=0)
+        at = (rank, np.arange(len(xs)))
+        return np.array([totals[at], rank, exposed[at], opt[at], (ends - m * (fwd + bwd))[at]])
 
 
 def _breakdown(chunks: list[Chunk], blocks: tuple[Block, ...], modules: tuple[int, ...], m: int, dp_exposed: float,
