@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
+
+import numpy as np
 
 from ..identity_cache import by_identity
 from ..layout import LayoutFacts, RecomputePlan, Sharding, StageLayers, layout_facts
@@ -25,7 +28,7 @@ from .constants import ADAM_BYTES_PER_PARAM, BF16_BYTES, E_BYTES
 from .context import Ctx
 from .host_issue import captured
 from .layers import embedding, mtp_module, output_head, transformer_layer
-from .schedule import rank_end_times, rank_end_times_many, rank_of, timeline_inputs, virtual_stages
+from .schedule import rank_end_times, rank_of, virtual_stages
 from .work import ATTN, ELEM, GEMM, OVH, RECOMPUTE_MODULES, Work
 
 COMPUTE = (GEMM, ATTN, ELEM, OVH)  # the components of a layer's compute (benchmark mode measures these)
@@ -48,6 +51,11 @@ class Chunk:
     def coefficients(self) -> tuple[int, int, int, int]:
         """How many of each block (dense layer, MoE layer, embedding, head) the chunk holds."""
         return self.dense, self.moe, int(self.first), int(self.last)
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        """`coefficients`, then the fully recomputed dense and MoE layers."""
+        return *self.coefficients, self.recompute_dense, self.recompute_moe
 
 
 @lru_cache(maxsize=4096)
@@ -176,33 +184,58 @@ class Pipeline:
 
 def recompute_indices(facts: LayoutFacts) -> tuple[int, ...]:
     """The selective-recompute modules of a layout, as indices into RECOMPUTE_MODULES."""
-    return tuple(RECOMPUTE_MODULES.index(m) for m in facts.recompute.modules)
+    return _module_indices(facts.recompute.modules)
+
+
+@lru_cache(maxsize=256)
+def _module_indices(modules: tuple[str, ...]) -> tuple[int, ...]:
+    return tuple(RECOMPUTE_MODULES.index(m) for m in modules)
 
 
 def stage_times(chunks: tuple[Chunk, ...], blocks: tuple[Block, ...], modules: tuple[int, ...]
                 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch: per distinct chunk (chunks
-    repeat: each is timed once), each pass is the sum over the blocks of the chunk's count times the block's
-    time, left to right; B adds each block's selective recompute and then the chunk's fully recomputed
-    layers' forwards. The search times every point of a layout this way, so the per-block sums are taken
-    once per call, not once per chunk."""
+    """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch (`chunk_times` of the blocks'
+    per-pass totals, B with each block's selective recompute of `modules`)."""
+    return chunk_times(chunks, [x.f for x in blocks], [x.b + x.recompute_ms(modules) for x in blocks],
+                       [x.w for x in blocks])
+
+
+def chunk_times(chunks: tuple[Chunk, ...], f: Sequence[Any], b: Sequence[Any], w: Sequence[Any]
+                ) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
+    """Per virtual stage, the F, B and W ms of one micro-batch from each block's (`f`, `b` with its selective
+    recompute, `w`): `pass_times` per distinct chunk (chunks repeat: each is timed once)."""
     distinct, index = _distinct_chunks(chunks)
-    (fd, fm, fe, fh), (wd, wm, we, wh) = ([x.f for x in blocks], [x.w for x in blocks])
-    bd, bm, be, bh = [x.b + x.recompute_ms(modules) for x in blocks]
-    times = [(d * fd + m * fm + e * fe + h * fh,
-              d * bd + m * bm + e * be + h * bh + rd * fd + rm * fm,
-              d * wd + m * wm + e * we + h * wh) for d, m, e, h, rd, rm in distinct]
-    f, b, w = zip(*(times[i] for i in index))
-    return f, b, w
+    times = [pass_times(counts, f, b, w) for counts in distinct]
+    fs, bs, ws = zip(*(times[i] for i in index))
+    return fs, bs, ws
+
+
+def pass_times(counts: Sequence[Any] | np.ndarray, f: Sequence[Any] | np.ndarray, b: Sequence[Any] | np.ndarray,
+               w: Sequence[Any] | np.ndarray) -> tuple[Any, Any, Any]:
+    """(F, B, W) ms of one micro-batch through a chunk that holds `counts` (dense, MoE, embedding, head, fully
+    recomputed dense, fully recomputed MoE; `Chunk`) of blocks whose passes take `f`, `b` (with its selective
+    recompute), `w` (numbers, or numpy arrays with one element per layout): each pass is the sum over the
+    blocks of the count times the block's time, left to right; B then adds the recomputed layers' forwards."""
+    d, m, e, h, rd, rm = counts
+    (fd, fm, fe, fh), (bd, bm, be, bh), (wd, wm, we, wh) = f, b, w
+    return (d * fd + m * fm + e * fe + h * fh,
+            d * bd + m * bm + e * be + h * bh + rd * fd + rm * fm,
+            d * wd + m * wm + e * we + h * wh)
 
 
 @by_identity(maxsize=4096)
 def _distinct_chunks(chunks: tuple[Chunk, ...]) -> tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]:
-    """(each distinct chunk's block counts and fully recomputed dense and MoE layers, each stage's index into
-    them) of a layout's stages (`chunks` returns one cached object per plan, so this runs once per object)."""
+    """(each distinct chunk's `counts`, each stage's index into them) of a layout's stages (`chunks` returns one
+    cached object per plan, so this runs once per object)."""
     index: dict[Chunk, int] = {}
     order = tuple(index.setdefault(ch, len(index)) for ch in chunks)
-    return tuple((*ch.coefficients, ch.recompute_dense, ch.recompute_moe) for ch in index), order
+    return tuple(ch.counts for ch in index), order
+
+
+@by_identity(maxsize=4096)
+def stage_counts(chunks: tuple[Chunk, ...]) -> np.ndarray:
+    """Each `Chunk.counts` (rows) of each virtual stage (columns) of a layout, as floats."""
+    return np.array([ch.counts for ch in chunks], dtype=np.float64).T
 
 
 def pipeline_ends(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline, m: int, f: tuple[float, ...],
@@ -212,27 +245,6 @@ def pipeline_ends(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline, m: i
     if pl.p == 1:
         return (m * (sum(f) + sum(b) + sum(w)),)
     return rank_end_times(pl.schedule, pl.p, pl.v, m, f, b, w, p2p_times(ctx, cfg, world, pl))
-
-
-def pipeline_ends_batch(world: int, layouts: Sequence[tuple[Ctx, EffectiveConfig, Pipeline, tuple[float, ...],
-                                                             tuple[float, ...], tuple[float, ...]]]
-                        ) -> list[tuple[float, ...]]:
-    """`pipeline_ends` of many layouts (each `(ctx, cfg, pl, f, b, w)`, its own micro-batches): the timelines of
-    the layouts that share a program (schedule, PP, VPP, micro-batches) run together over arrays
-    (`schedule.rank_end_times_many`)."""
-    out: list[tuple[float, ...]] = [()] * len(layouts)
-    shared: dict[tuple[str, int, int, int], list[int]] = {}
-    for i, (ctx, cfg, pl, f, b, w) in enumerate(layouts):
-        if pl.p == 1:
-            out[i] = pipeline_ends(ctx, cfg, world, pl, pl.m, f, b, w)
-        else:
-            shared.setdefault((pl.schedule, pl.p, pl.v, pl.m), []).append(i)
-    for (schedule, p, v, m), rows in shared.items():
-        inputs = [timeline_inputs(schedule, *layouts[i][3:], p2p_times(*layouts[i][:2], world, layouts[i][2]))
-                  for i in rows]
-        for i, ends in zip(rows, rank_end_times_many(schedule, p, v, m, inputs)):
-            out[i] = ends
-    return out
 
 
 def p2p_times(ctx: Ctx, cfg: EffectiveConfig, world: int, pl: Pipeline) -> tuple[float, ...]:
@@ -261,8 +273,20 @@ def rank_chunks(schedule: str, p: int, V: int) -> tuple[tuple[int, ...], ...]:
 def rank_params(chunks: tuple[Chunk, ...], params: tuple[Weights, ...], ranks: tuple[tuple[int, ...], ...]
                 ) -> tuple[Weights, ...]:
     """(dense-sharded, expert) weights of each rank, from each block's (`params`) and each rank's stages."""
-    return tuple((sum(k * x[0] for i in mine for k, x in zip(chunks[i].coefficients, params)),
-                  sum(k * x[1] for i in mine for k, x in zip(chunks[i].coefficients, params))) for mine in ranks)
+    return tuple((stage_weights(chunks, [x[0] for x in params], mine),
+                  stage_weights(chunks, [x[1] for x in params], mine)) for mine in ranks)
+
+
+def stage_weights(chunks: tuple[Chunk, ...], params: Sequence[Any], mine: tuple[int, ...]) -> Any:
+    """Weights held by the stages `mine`, from each block's (`params`): `held`."""
+    return held([chunks[i].coefficients for i in mine], params)
+
+
+def held(counts: Sequence[Sequence[Any]], params: Sequence[Any] | np.ndarray) -> Any:
+    """Weights held by stages that hold `counts` (per stage, per block: `Chunk.coefficients`) of blocks that
+    hold `params` each (numbers, or numpy arrays with one element per layout): counts times weights, summed
+    stage by stage, block by block."""
+    return sum(k * x for ks in counts for k, x in zip(ks, params))
 
 
 def block_params(parts: tuple[Block, ...]) -> tuple[Weights, ...]:
@@ -280,38 +304,41 @@ def rank_weights(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -
     return rank_params(chunks(model, facts), block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V))
 
 
-def dp_and_optimizer(ctx: Ctx, cfg: EffectiveConfig, dense: float, expert: float, pl: Pipeline,
-                     fwd: float, bwd: float) -> tuple[float, float]:
-    """(exposed data-parallel communication, optimizer step) of one rank, ms per iteration.
-
-    Gradients (FP32, or BF16 with grad_reduce_in_fp32 off) are reduce-scattered (optimizer state sharded,
-    `LayoutFacts.sharding`) or all-reduced over DP·CP for dense weights and expert-DP for expert weights; with
-    overlap_grad_reduce the buckets go out during the last micro-batch's backward and only what that
-    backward cannot cover (at least the last bucket) is exposed; the hidden part still costs
-    `overlap_cost` of its time. The distributed optimizer all-gathers BF16 weights, hidden likewise
-    behind the next forward. FSDP moves weights per layer (in the layer work) and keeps the optimizer
-    sharded."""
-    net, c = ctx.net, ctx.c
-    dgroup, egroup = pl.dp * cfg.cp, pl.edp
-    if ctx.fsdp:
-        return 0.0, optimizer_ms(ctx, dense, expert, pl, sharded=True)
-    distopt = pl.sharding.optimizer
+@lru_cache(maxsize=65536)
+def dp_traffic(net: Net, distopt: bool, grad_bytes: int, dense: float, expert: float, dgroup: int, tp: int,
+               egroup: int, estride: int) -> tuple[float, float]:
+    """(gradient reduction, parameter all-gather) ms of one rank's data-parallel traffic per iteration, before
+    any overlap: gradients (FP32, or BF16 with grad_reduce_in_fp32 off: `grad_bytes`) are reduce-scattered
+    (optimizer state sharded, `distopt`, `LayoutFacts.sharding`) or all-reduced over DP·CP (`dgroup`, stride
+    TP) for dense weights and expert-DP (`egroup`, stride ETP·EP) for expert weights; the distributed optimizer
+    all-gathers the BF16 weights back."""
     collective = net.reduce_scatter if distopt else net.all_reduce
-    g = ctx.grad_bytes  # fp32 or bf16 gradient reduce
-    grads = collective(dense * g, dgroup, cfg.tp) + collective(expert * g, egroup, ctx.etp * ctx.ep)
-    params = (net.all_gather(dense * BF16_BYTES, dgroup, cfg.tp)
-              + net.all_gather(expert * BF16_BYTES, egroup, ctx.etp * ctx.ep) if distopt else 0.0)
-    if pl.grad_overlap:
-        bucket = min(1.0, c.grad_bucket_params / max(1.0, dense + expert))
-        exposed = max(bucket * grads, grads - bwd) + max(bucket * params, params - fwd)
-        exposed += c.overlap_cost * (grads + params - exposed)
-    else:
-        exposed = grads + params
-    return exposed, optimizer_ms(ctx, dense, expert, pl, sharded=distopt)
+    grads = collective(dense * grad_bytes, dgroup, tp) + collective(expert * grad_bytes, egroup, estride)
+    params = (net.all_gather(dense * BF16_BYTES, dgroup, tp)
+              + net.all_gather(expert * BF16_BYTES, egroup, estride) if distopt else 0.0)
+    return grads, params
 
 
-def optimizer_ms(ctx: Ctx, dense: float, expert: float, pl: Pipeline, *, sharded: bool) -> float:
+def dp_exposed(grads: Any, params: Any, dense: Any, expert: Any, fwd: Any, bwd: Any, c: Constants) -> Any:
+    """The part of one rank's data-parallel traffic (`dp_traffic`) that overlap_grad_reduce leaves exposed, ms
+    per iteration (numbers, or numpy arrays with one element per layout): the gradient buckets go out during
+    the last micro-batch's backward (`bwd`) and only what it cannot cover (at least the last bucket) is
+    exposed; the parameter all-gather hides likewise behind the next forward (`fwd`); the hidden part still
+    costs `overlap_cost` of its time. Without the overlap all of it is exposed; FSDP moves weights per layer
+    (in the layer work) and has none."""
+    bucket = np.minimum(1.0, c.grad_bucket_params / np.maximum(1.0, dense + expert))
+    exposed = np.maximum(bucket * grads, grads - bwd) + np.maximum(bucket * params, params - fwd)
+    return exposed + c.overlap_cost * (grads + params - exposed)
+
+
+def optimizer_ms(ctx: Ctx, dense: Any, expert: Any, pl: Pipeline, *, sharded: bool) -> Any:
     """Adam step of one rank: its dense weights sharded over DP·CP and expert weights over expert-DP
     (distributed optimizer, FSDP), or all of them (plain DDP)."""
-    params = dense / (pl.dp * ctx.cp) + expert / pl.edp if sharded else dense + expert
-    return params * ADAM_BYTES_PER_PARAM / ctx.hbm
+    return adam_ms(dense, expert, pl.dp * ctx.cp, pl.edp, ctx.hbm, sharded)
+
+
+def adam_ms(dense: Any, expert: Any, dp_cp: Any, edp: Any, hbm: Any, sharded: bool) -> Any:
+    """`optimizer_ms` of weights `dense`, `expert` (numbers, or numpy arrays with one element per layout)
+    sharded over `dp_cp` and `edp` or not, at HBM bandwidth `hbm` (bytes per ms)."""
+    params = dense / dp_cp + expert / edp if sharded else dense + expert
+    return params * ADAM_BYTES_PER_PARAM / hbm

@@ -197,9 +197,10 @@ def _run(schedule: str, p: int, v: int, m: int, durations: Any, edges: Any,
 
 def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w: tuple[float, ...],
                     p2p: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[float, ...]]:
-    """(durations by duration index, p2p time by edge index) of a layout's ops (`_program`): schedules
-    without a separate W run it inside B."""
-    if schedule not in SPLIT_BACKWARD and any(w):
+    """(durations by duration index, p2p time by edge index) of a layout's ops (`_program`; numbers, or numpy
+    arrays with one element per layout): schedules without a separate W run it inside B (b + 0.0 is b where
+    a stage has no W)."""
+    if schedule not in SPLIT_BACKWARD:
         b, w = tuple(x + y for x, y in zip(b, w)), (0.0,) * len(w)
     return f + b + w, p2p + (0.0,)
 
@@ -207,15 +208,25 @@ def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w
 def rank_end_times_batch(schedule: str, p: int, v: int, m: int,
                          inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]]) -> list[tuple[float, ...]]:
     """`rank_end_times` of many layouts with one program (m <= 3p micro-batches; `inputs`: each one's
-    `timeline_inputs`), run once over arrays; fewer than ARRAY_ROWS layouts run one by one on plain
-    numbers (numpy's cost per operation exceeds the arithmetic on a few)."""
-    if len(inputs) < ARRAY_ROWS:
-        return [tuple(_run(schedule, p, v, m, *x)) for x in inputs]
+    `timeline_inputs`): `rank_end_times_arrays`."""
     durations = np.array([d for d, _ in inputs]).T
     edges = np.array([e for _, e in inputs]).T
-    free = _run(schedule, p, v, m, durations, edges, np.maximum)
-    ends = np.stack([np.broadcast_to(x, (len(inputs),)) for x in free], axis=1)
-    return [tuple(row) for row in ends.tolist()]
+    return [tuple(row) for row in rank_end_times_arrays(schedule, p, v, m, durations, edges).T.tolist()]
+
+
+def rank_end_times_arrays(schedule: str, p: int, v: int, m: int, durations: np.ndarray, edges: np.ndarray
+                          ) -> np.ndarray:
+    """Each rank's end (rows) of each layout (columns) with one program (m <= 3p micro-batches; `durations`,
+    `edges`: the layouts' `timeline_inputs` as columns), run once over arrays; fewer than ARRAY_ROWS layouts
+    run one by one on plain numbers (numpy's cost per operation exceeds the arithmetic on a few)."""
+    n = durations.shape[1]
+    if n < ARRAY_ROWS:
+        return np.array([_run(schedule, p, v, m, d, e) for d, e in zip(durations.T.tolist(), edges.T.tolist())]
+                        ).reshape(n, p).T
+    ends = np.empty((p, n))
+    for r, x in enumerate(_run(schedule, p, v, m, durations, edges, np.maximum)):
+        ends[r] = x
+    return ends
 
 
 def rank_end_times_many(schedule: str, p: int, v: int, m: int,
@@ -228,12 +239,17 @@ def rank_end_times_many(schedule: str, p: int, v: int, m: int,
     if m <= 3 * p:
         ends = rank_end_times_batch(schedule, p, v, m, unique)
     else:
-        k = (m - 2 * p) / p
         lows = rank_end_times_batch(schedule, p, v, 2 * p, unique)
         highs = rank_end_times_batch(schedule, p, v, 3 * p, unique)
-        ends = [tuple(a + k * (z - a) for a, z in zip(lo, hi)) for lo, hi in zip(lows, highs)]
+        ends = [tuple(extrapolated(a, z, m, p) for a, z in zip(lo, hi)) for lo, hi in zip(lows, highs)]
     by_input = dict(zip(unique, ends))
     return [by_input[x] for x in inputs]
+
+
+def extrapolated(lo: Any, hi: Any, m: Any, p: int) -> Any:
+    """A rank's end after m > 3p micro-batches from its ends after 2p (`lo`) and 3p (`hi`): lo + k·(hi - lo),
+    k = (m - 2p)/p (numbers, or numpy arrays with one element per layout)."""
+    return lo + (m - 2 * p) / p * (hi - lo)
 
 
 @lru_cache(maxsize=8192)

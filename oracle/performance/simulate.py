@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from ..layout import layout_facts
 from ..model_shape import model_shape
@@ -23,18 +25,20 @@ from .pipeline import (
     Block,
     Chunk,
     Pipeline,
-    block_params,
+    adam_ms,
     blocks,
     chunks,
-    dp_and_optimizer,
+    dp_exposed,
+    dp_traffic,
+    held,
     layer_context,
-    pipeline_ends,
-    pipeline_ends_batch,
+    p2p_times,
+    pass_times,
     rank_chunks,
-    rank_params,
     recompute_indices,
-    stage_times,
+    stage_counts,
 )
+from .schedule import extrapolated, rank_end_times_arrays, timeline_inputs
 from .work import COMPONENTS, ZERO, vadd
 
 
@@ -49,43 +53,42 @@ class PerfEstimate:
 
 def simulate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None = None, *,
              compute_scale: tuple[tuple[float, float], tuple[float, float]] | None = None) -> PerfEstimate:
-    """Projected iteration time, throughput and breakdown of a (legal) layout.
+    """Projected iteration time, throughput and breakdown of a (legal) layout: a batch of one (`_slowest_ranks`).
 
     `compute_scale` ((dense fwd, dense bwd), (MoE fwd, MoE bwd)) multiplies the compute of each
     transformer-layer kind (benchmark mode: measured / analytic); communication stays as projected."""
-    (iteration, mine, dp_exposed, opt, bubble), stages, parts, modules, m = _slowest_rank(
-        model, cfg, cluster, consts, compute_scale)
-    breakdown = _breakdown([stages[i] for i in mine], parts, modules, m, dp_exposed, opt, bubble)
-    return _estimate(model, cfg, cluster, iteration, breakdown)
+    x = _prepared(model, cfg, cluster, consts, compute_scale)
+    s = _slowest_ranks([x], cluster.world_size)
+    mine = rank_chunks(x.pl.schedule, x.pl.p, x.pl.V)[int(s.rank[0])]
+    breakdown = _breakdown([x.stages[i] for i in mine], x.parts, x.modules, x.pl.m, float(s.dp_exposed[0]),
+                           float(s.opt[0]), float(s.bubble[0]))
+    return _estimate(model, cfg, cluster, float(s.iteration[0]), breakdown)
 
 
 def simulated_tokens_per_s_per_gpu(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> float:
-    """`simulate(...).tokens_per_s_per_gpu` without the breakdown (the search ranks by this alone)."""
-    return tokens_per_s_per_gpu(cfg, cluster.world_size, _slowest_rank(model, cfg, cluster, None, None)[0][0])
+    """`simulate(...).tokens_per_s_per_gpu` without the breakdown (the search ranks by this alone): a batch of
+    one."""
+    return simulated_tokens_per_s_per_gpu_batch(model, [cfg], cluster)[0]
 
 
 def simulated_tokens_per_s_per_gpu_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig],
                                          cluster: ClusterSpec) -> list[float]:
-    """`simulated_tokens_per_s_per_gpu` of each layout in `cfgs`: the pipeline timelines of the layouts that
-    share one program run together over arrays (`pipeline_ends_batch`); the same operations on each layout
-    as on one, so the two agree to the last bit."""
+    """`simulate(...).tokens_per_s_per_gpu` of each layout in `cfgs`, computed over arrays (`_slowest_ranks`)."""
     world = cluster.world_size
-    prepared = [_prepared(model, cfg, cluster, None, None) for cfg in cfgs]
-    ends = pipeline_ends_batch(world, [(x.ctx, cfg, x.pl, x.f, x.b, x.w) for x, cfg in zip(prepared, cfgs)])
-    return [tokens_per_s_per_gpu(cfg, world, _slowest(cfg, x, e)[0]) for cfg, x, e in zip(cfgs, prepared, ends)]
+    iteration = _slowest_ranks([_prepared(model, cfg, cluster, None, None) for cfg in cfgs], world).iteration
+    tokens = np.array([cfg.gbs * cfg.seq_length for cfg in cfgs], dtype=np.int64)
+    return rate(tokens, world, iteration).tolist()
 
 
 class _Prepared(NamedTuple):
-    """A layout's pipeline, layer context, virtual stages, blocks, recompute modules and per-stage F, B, W ms."""
+    """A layout's pipeline, layer context, virtual stages, blocks and recompute modules."""
 
     pl: Pipeline
     ctx: Ctx
+    cfg: EffectiveConfig
     stages: tuple[Chunk, ...]
     parts: tuple[Block, ...]
     modules: tuple[int, ...]
-    f: tuple[float, ...]
-    b: tuple[float, ...]
-    w: tuple[float, ...]
 
 
 def _prepared(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None,
@@ -94,40 +97,162 @@ def _prepared(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, cons
     facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
     ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
-    stages = chunks(model, facts)
     parts = blocks(ctx, pl.p > 1)
     if compute_scale is not None:
         dense_scale, moe_scale = compute_scale
         parts = (parts[0].rescaled(*dense_scale), parts[1].rescaled(*moe_scale), parts[2], parts[3])
-    modules = recompute_indices(facts)
-    f, b, w = stage_times(stages, parts, modules)
-    return _Prepared(pl, ctx, stages, parts, modules, f, b, w)
+    return _Prepared(pl, ctx, cfg, chunks(model, facts), parts, recompute_indices(facts))
 
 
-def _slowest_rank(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None,
-                  compute_scale: tuple[tuple[float, float], tuple[float, float]] | None) -> tuple:
-    """((iteration ms, the slowest rank's stages, its exposed DP ms, optimizer ms, bubble ms), the stages,
-    the blocks, the recompute modules, micro-batches) of a layout."""
-    x = _prepared(model, cfg, cluster, consts, compute_scale)
-    ends = pipeline_ends(x.ctx, cfg, cluster.world_size, x.pl, x.pl.m, x.f, x.b, x.w)
-    return _slowest(cfg, x, ends), x.stages, x.parts, x.modules, x.pl.m
+class _Slowest(NamedTuple):
+    """Per layout (arrays): the iteration ms (its slowest rank's), that rank, its exposed DP ms, optimizer ms and
+    bubble ms."""
+
+    iteration: np.ndarray
+    rank: np.ndarray
+    dp_exposed: np.ndarray
+    opt: np.ndarray
+    bubble: np.ndarray
 
 
-def _slowest(cfg: EffectiveConfig, x: _Prepared, ends: tuple[float, ...]) -> tuple:
-    """(iteration ms, the slowest rank's stages, its exposed DP ms, optimizer ms, bubble ms) of a layout whose
-    pipeline ranks finish at `ends`: each rank then pays its exposed DP traffic and optimizer step."""
-    f, b, w, m = x.f, x.b, x.w, x.pl.m
-    best = None
-    ranks = rank_chunks(x.pl.schedule, x.pl.p, x.pl.V)
-    for r, (mine, (dense, expert)) in enumerate(zip(ranks, rank_params(x.stages, block_params(x.parts), ranks))):
-        fwd = sum(f[i] for i in mine)
-        bwd = sum(b[i] + w[i] for i in mine)
-        dp_exposed, opt = dp_and_optimizer(x.ctx, cfg, dense, expert, x.pl, fwd, bwd)
-        total = ends[r] + dp_exposed + opt
-        if best is None or total > best[0]:
-            best = (total, mine, dp_exposed, opt, ends[r] - m * (fwd + bwd))
-    assert best is not None  # every layout has a first pipeline rank
-    return best
+def _slowest_ranks(xs: Sequence[_Prepared], world: int) -> _Slowest:
+    """The slowest pipeline rank of each layout: each rank finishes its timeline (`rank_end_times_arrays`), then
+    pays its exposed DP traffic and its optimizer step; the iteration is the slowest rank (the first one of
+    equal ends).
+
+    Over arrays: the layouts with one program shape (schedule, PP, VPP: `_Shape`) share their per-stage and
+    per-rank sums, taken once per distinct (blocks, stage plan, recompute modules) (`blocks` and `chunks`
+    return one object per context and plan); the timelines of one program run together. Every layout takes
+    the same operations in the same order as a batch of one, so a batch agrees with `simulate` to the last
+    bit."""
+    shapes: dict[tuple, list[int]] = {}
+    for i, x in enumerate(xs):
+        shapes.setdefault((x.pl.schedule, x.pl.p, x.pl.v), []).append(i)
+    out = np.empty((5, len(xs)))
+    todo = [_Shape.of([xs[i] for i in rows], world) for rows in shapes.values()]
+    timelines: dict[tuple[str, int, int, int], list[tuple[_Shape, np.ndarray]]] = {}
+    for shape in todo:
+        for m, us in shape.timelines():
+            timelines.setdefault((shape.schedule, shape.p, shape.v, m), []).append((shape, us))
+    for (schedule, p, v, m), jobs in timelines.items():
+        durations = np.concatenate([shape.durations[:, us] for shape, us in jobs], axis=1)
+        edges = np.concatenate([shape.edges[:, us] for shape, us in jobs], axis=1)
+        ends = rank_end_times_arrays(schedule, p, v, m, durations, edges)
+        at = 0
+        for shape, us in jobs:
+            shape.ends[m] = np.zeros((p, shape.columns))
+            shape.ends[m][:, us] = ends[:, at:at + len(us)]
+            at += len(us)
+    for rows, shape in zip(shapes.values(), todo):
+        out[:, rows] = shape.slowest()
+    return _Slowest(out[0], out[1].astype(np.int64), out[2], out[3], out[4])
+
+
+class _Shape:
+    """Layouts with one program shape (schedule, PP, VPP): the per-stage F, B, W and per-rank sums of their
+    distinct (blocks, stage plan, recompute modules) (columns), and what each layout adds (DP, optimizer)."""
+
+    def __init__(self, xs: Sequence[_Prepared], world: int, reps: list[_Prepared], which: np.ndarray) -> None:
+        x = xs[0]
+        self.xs, self.which, self.reps, self.columns = xs, which, reps, len(reps)
+        self.schedule, self.p, self.v, self.V = x.pl.schedule, x.pl.p, x.pl.v, x.pl.V
+        ranks = np.array(rank_chunks(self.schedule, self.p, self.V))  # the stages of each rank (rows)
+        # per block (rows): each column's F, B with its recompute, W, dense weights and expert weights
+        table = np.array([[(b.f, b.b + b.recompute_ms(y.modules), b.w, *b.params) for b in y.parts] for y in reps]
+                         ).transpose(1, 2, 0)
+        counts = np.array([stage_counts(y.stages) for y in reps]).transpose(1, 2, 0)  # (count, stage, column)
+        f, b, w = pass_times(counts, table[:, 0], table[:, 1], table[:, 2])
+        self.f, self.b, self.w = tuple(f), tuple(b), tuple(w)
+        mine = ranks.T  # per position on a rank: each rank's stage there
+        self.fwd = sum(f[i] for i in mine)
+        self.bwd = sum((b + w)[i] for i in mine)
+        held_counts = counts[:4, mine]  # (block, position on a rank, rank, column)
+        per_position = [list(held_counts[:, j]) for j in range(len(mine))]
+        self.dense, self.expert = (held(per_position, table[:, k]) for k in (3, 4))
+        self.m = np.array([y.pl.m for y in xs], dtype=np.int64)
+        self.ends: dict[int, np.ndarray] = {}
+        self.durations = self.edges = np.empty((0, 0))
+        if self.p > 1:  # each column's `timeline_inputs`
+            p2p = np.array([p2p_times(y.ctx, y.cfg, world, y.pl) for y in reps]).T
+            durations, edges = timeline_inputs(self.schedule, self.f, self.b, self.w, tuple(p2p))
+            self.durations, self.edges = np.empty((len(durations), len(reps))), np.empty((len(edges), len(reps)))
+            for into, rows in ((self.durations, durations), (self.edges, edges)):
+                for i, row in enumerate(rows):
+                    into[i] = row
+
+    @classmethod
+    def of(cls, xs: Sequence[_Prepared], world: int) -> _Shape:
+        """The shape of `xs` (one schedule, PP and VPP): their distinct (blocks, stage plan, recompute modules)."""
+        index: dict[tuple, int] = {}
+        reps: list[_Prepared] = []
+        which = []
+        for x in xs:
+            u = index.setdefault((id(x.parts), id(x.stages), x.modules), len(reps))
+            if u == len(reps):
+                reps.append(x)
+            which.append(u)
+        return cls(xs, world, reps, np.array(which, dtype=np.int64))
+
+    def timelines(self) -> list[tuple[int, np.ndarray]]:
+        """(micro-batches, the columns that run them) of the timelines the layouts need: their own m up to 3p, else
+        those of 2p and 3p (`schedule.extrapolated` beyond)."""
+        if self.p == 1:
+            return []
+        p, m, which = self.p, self.m, self.which
+        big = m > 3 * p
+        runs = {int(k): which[m == k] for k in np.unique(m[~big])}
+        if big.any():
+            for k in (2 * p, 3 * p):
+                runs[k] = np.concatenate([runs.get(k, which[:0]), which[big]])
+        return [(k, np.unique(us)) for k, us in runs.items()]
+
+    def rank_ends(self) -> np.ndarray:
+        """When each rank (rows) of each layout (columns) finishes its micro-batches (ms): the timelines, or
+        plain back-to-back work without PP."""
+        p, m, which = self.p, self.m, self.which
+        if p == 1:
+            return (m * (sum(self.f) + sum(self.b) + sum(self.w))[which])[None, :]
+        ends = np.empty((p, len(m)))
+        big = m > 3 * p
+        for k in np.unique(m[~big]).tolist():
+            rows = np.flatnonzero(m == k)
+            ends[:, rows] = self.ends[k][:, which[rows]]
+        if big.any():
+            rows = np.flatnonzero(big)
+            lo, hi = self.ends[2 * p][:, which[rows]], self.ends[3 * p][:, which[rows]]
+            ends[:, rows] = extrapolated(lo, hi, m[rows], p)
+        return ends
+
+    def slowest(self) -> np.ndarray:
+        """(iteration ms, slowest rank, its exposed DP ms, optimizer ms, bubble ms) of each layout (columns)."""
+        xs, which, m = self.xs, self.which, self.m
+        keys = [(u, x.pl.sharding.optimizer, x.pl.dp, x.pl.edp, x.pl.grad_overlap, bool(x.ctx.fsdp))
+                for u, x in zip(which.tolist(), xs)]
+        traffic: dict[tuple, int] = {}
+        t = np.array([traffic.setdefault(k[:4], len(traffic)) for k in keys], dtype=np.int64)
+        dense_u, expert_u = self.dense.tolist(), self.expert.tolist()
+        table = np.array([[dp_traffic(rep.ctx.net, distopt, rep.ctx.grad_bytes, dense_u[r][u], expert_u[r][u],
+                                      dp * rep.ctx.cp, rep.ctx.tp, edp, rep.ctx.etp * rep.ctx.ep)
+                           for r in range(self.p)]
+                          for u, distopt, dp, edp in traffic for rep in (self.reps[u],)]).reshape(len(traffic),
+                                                                                                 self.p, 2)
+        _, distopt, dp, edp, overlap, fsdp = np.array(keys, dtype=np.int64).T
+        distopt, overlap, fsdp = distopt.astype(bool), overlap.astype(bool), fsdp.astype(bool)
+        cp = np.array([rep.ctx.cp for rep in self.reps], dtype=np.int64)[which]
+        hbm = np.array([rep.ctx.hbm for rep in self.reps])[which]
+        c = xs[0].ctx.c
+        ends = self.rank_ends()  # from here on, each rank (rows) of each layout (columns)
+        fwd, bwd = self.fwd[:, which], self.bwd[:, which]
+        dense, expert = self.dense[:, which], self.expert[:, which]
+        grads, params = table[t, :, 0].T, table[t, :, 1].T
+        hidden = dp_exposed(grads, params, dense, expert, fwd, bwd, c)
+        exposed = np.where(fsdp, 0.0, np.where(overlap, hidden, grads + params))
+        opt = np.where(fsdp | distopt, adam_ms(dense, expert, dp * cp, edp, hbm, True),
+                       adam_ms(dense, expert, dp * cp, edp, hbm, False))
+        totals = ends + exposed + opt
+        rank = np.argmax(totals, axis=0)
+        at = (rank, np.arange(len(xs)))
+        return np.array([totals[at], rank, exposed[at], opt[at], (ends - m * (fwd + bwd))[at]])
 
 
 def _breakdown(chunks: list[Chunk], blocks: tuple[Block, ...], modules: tuple[int, ...], m: int, dp_exposed: float,
@@ -159,4 +284,10 @@ def _estimate(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, iter
 
 def tokens_per_s_per_gpu(cfg: EffectiveConfig, world: int, iteration_ms: float) -> float:
     """GBS·seq / iteration / world."""
-    return cfg.gbs * cfg.seq_length / (max(iteration_ms, 1e-9) / 1e3) / world
+    return float(rate(cfg.gbs * cfg.seq_length, world, iteration_ms))
+
+
+def rate(tokens: Any, world: int, iteration_ms: Any) -> Any:
+    """Tokens per s per GPU of `tokens` per iteration of `iteration_ms` (numbers, or numpy arrays with one element
+    per layout) over `world` GPUs."""
+    return tokens / (np.maximum(iteration_ms, 1e-9) / 1e3) / world

@@ -289,7 +289,7 @@ class TrialConfig(BaseModel):
         "keep and gather weights in FP8", "fp8_param_gather",
         "--fp8-param-gather", "fp8_param_gather", "mixed_precision.fp8_param_gather",
         "not modelled: the distributed optimizer's weight all-gather is costed in BF16 "
-        "(oracle.performance.pipeline.dp_and_optimizer)",
+        "(oracle.performance.pipeline.dp_traffic)",
         "no BF16 weight copy beside the FP8 one (oracle.memory.state_bytes)", off=False)] = None
     use_megatron_fsdp: Annotated[bool | None, Knob(
         "Megatron-FSDP", "use_megatron_fsdp", "--use-megatron-fsdp", "use_megatron_fsdp", "ddp.use_megatron_fsdp",
