@@ -31,11 +31,12 @@ def example(name: str):
 # `--dist loadfile --no-loadscope-reorder` (pyproject addopts) a worker takes a whole file at a time in this
 # order, so a long file is started early instead of being the run's tail on one worker while the other waits.
 # A file not listed keeps its place after these; a stale list costs balance, never a test.
-SLOWEST_FIRST = ("test_llm_phase_bounds.py", "test_tune.py", "test_measurements.py", "test_stack_search.py",
-                 "test_server_hardening.py", "test_conformance.py", "test_explain.py", "test_array_oracle.py",
-                 "test_hot_path.py", "test_performance.py", "test_server_fuzz.py", "test_investigator.py",
-                 "test_investigator_litellm.py", "test_space_is_legal_set.py", "test_server_tools.py",
-                 "test_server_llm_bounds.py", "test_config_roundtrip.py", "test_search.py")
+SLOWEST_FIRST = ("test_llm_phase_bounds.py", "test_tune.py", "test_conformance.py", "test_measurements.py",
+                 "test_server_llm_bounds.py", "test_stack_search.py", "test_investigator.py",
+                 "test_investigator_litellm.py", "test_server_hardening.py", "test_explain.py", "test_hot_path.py",
+                 "test_cli.py", "test_config_roundtrip.py", "test_dry_run_examples.py", "test_performance.py",
+                 "test_space_is_legal_set.py", "test_server_fuzz.py", "test_search.py", "test_benchmark.py",
+                 "test_server_transports.py", "test_array_oracle.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

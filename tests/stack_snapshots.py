@@ -10,18 +10,23 @@ they are missing, so CI never passes by skipping them.
 
 The stacks run in a child process each (`tests/stack_runners/`): Megatron-LM's `megatron.training`
 must be loaded as a bare package with a stubbed `triton`, and `PrimusParser` writes under its working
-directory; neither belongs in the test process.
+directory; neither belongs in the test process. Megatron-LM's runner is started once per test process and
+answers every test's request (`--serve`); Primus's runs once per request.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
+import select
 import shlex
 import subprocess
 import sys
+import tempfile
+from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -85,9 +90,42 @@ def launch_argv(command: str, user_args: list[str]) -> tuple[list[str], dict[str
     return [*tokens[script + 1:], *user_args], env
 
 
-def megatron_validate(cases: list[tuple[list[str], dict[str, str], int]]) -> list[dict[str, Any]]:
+@cache
+def _megatron_runner() -> tuple[subprocess.Popen[str], IO[str]]:
+    """`megatron_validate.py --serve`, started once per test process and kept (Megatron-LM's import, torch
+    included, is most of a request's time); its stderr in a temporary file, stopped at exit."""
+    log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (open for the runner's life; closed by stop)
+    proc = subprocess.Popen([sys.executable, str(RUNNERS / "megatron_validate.py"), "--serve"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=log, text=True)
+
+    def stop() -> None:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+    atexit.register(stop)
+    return proc, log
+
+
+def megatron_validate(cases: list[tuple[list[str], dict[str, str], int]], timeout: float = 600) -> list[dict[str, Any]]:
     """Megatron-LM's `parse_args` + `validate_args` on each (argv, environment, world size)."""
     request = {"megatron_lm": str(snapshot("megatron-lm")),
                "cases": [{"argv": argv, "env": {**env, "WORLD_SIZE": str(world)}, "arch": 9}
                          for argv, env, world in cases]}
-    return _run("megatron_validate.py", request)
+    proc, log = _megatron_runner()
+    assert proc.stdin is not None and proc.stdout is not None
+    line = ""
+    if proc.poll() is None:
+        proc.stdin.write(json.dumps(request) + "\n")
+        proc.stdin.flush()
+        if select.select([proc.stdout], [], [], timeout)[0]:
+            line = proc.stdout.readline()
+    if not line:
+        log.seek(0)
+        raise AssertionError(f"megatron_validate.py failed ({proc.poll()}): {log.read()[-2000:]}")
+    results: list[dict[str, Any]] = json.loads(line)
+    return results

@@ -6,6 +6,9 @@ name."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -160,3 +163,32 @@ def test_the_oracle_reads_only_its_own_package_data():
         bad += [f"{path.relative_to(ROOT)}: {line.strip()}" for line in text.splitlines()
                 if "__file__" in line and ".with_name(" not in line and "Path(__file__).parent" not in line]
     assert bad == []
+
+
+
+def test_a_run_without_an_llm_loads_neither_litellm_nor_torch_nor_pyplot(tmp_path):
+    # issue 26 (the main job's wall time): an AMD GEMM through Origami's compiled bindings, not its package's
+    # torch-based selector; an openai/... model without its key answered without LiteLLM; a plot drawn on the
+    # Agg canvas without pyplot. In a fresh interpreter, so no other test's imports count.
+    script = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from paratune.oracle.performance.gemm_origami import OrigamiGemm, origami_available\n"
+        "from paratune.planner.llm.selection import LLMNotConfigured, resolve_llm\n"
+        "from paratune.planner.run.plots import figure, savefig\n"
+        "if origami_available():\n"
+        "    assert OrigamiGemm('mi355x').gemm_ms(4096, 4096, 4096, 'bf16') > 0\n"
+        "try:\n"
+        "    resolve_llm('openai/gpt-4o')\n"
+        "    raise SystemExit('an LLM is configured')\n"
+        "except LLMNotConfigured as e:\n"
+        "    assert 'needs OPENAI_API_KEY' in str(e), e\n"
+        "fig, ax = figure(1, 1, figsize=(2, 2))\n"
+        "ax.plot([1, 2], [3, 4])\n"
+        "savefig(Path(sys.argv[1]), fig)\n"
+        "print(sorted(m for m in ('torch', 'litellm', 'matplotlib.pyplot') if m in sys.modules))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "OPENAI_API_BASE", "LLM_MODEL")}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "plot.png")], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]" and (tmp_path / "plot.png").read_bytes().startswith(b"\x89PNG")

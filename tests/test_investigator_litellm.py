@@ -113,6 +113,10 @@ def test_one_precedence_environment_first_and_credentials_decide(clean_llm_env):
         resolve_llm(None)
     with pytest.raises(LLMNotConfigured, match="openai/gpt-4o .*needs OPENAI_API_KEY"):
         resolve_llm("openai/gpt-4o")
+    # those two answer without importing LiteLLM: the same keys as LiteLLM's own check
+    import litellm
+
+    assert litellm.validate_environment("openai/gpt-4o")["missing_keys"] == ["OPENAI_API_KEY"]
     env.setenv("OPENAI_API_KEY", KEY)
     assert resolve_llm("openai/gpt-4o") == LLMConfig(model="openai/gpt-4o", source="cluster agent.llm.model",
                                                      credentials="OPENAI_API_KEY (environment)")

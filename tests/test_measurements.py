@@ -21,6 +21,7 @@ from paratune.oracle.errors import InputError
 from paratune.oracle.evaluate import evaluate_simulate
 from paratune.oracle.inputs import load_cluster, load_workload
 from paratune.oracle.specs import EvalResult, TrialConfig
+from paratune.planner.cli import main
 from paratune.planner.run.measurements import adopt, as_measured, calibrate, check_figures, fit, record
 
 from .conftest import EXAMPLES
@@ -183,11 +184,12 @@ def test_a_v2_ledger_gains_measurements_and_llm_outcomes_and_keeps_its_trials(tm
     raw.close()
 
 
-def test_measuring_the_recipe_above_the_pick_makes_the_recipe_the_pick_in_summary_and_over_mcp(tmp_path):
+def test_measuring_the_recipe_above_the_pick_makes_the_recipe_the_pick_in_summary_and_over_mcp(tmp_path, capsys):
     """The issue's scenario, Llama 3 70B on 64 H100: the oracle picks a layout over the recipe (the workload's
     own layout); the cluster measures the pick at 1,600 tokens/s/GPU and the recipe at 1,664. The pick is then
     the recipe, in summary.json (rewritten by `paratune measure`) and in get_best over MCP. Figures no run can
-    produce exit 2 and store nothing."""
+    produce exit 2 and store nothing. `paratune measure` runs in this process (the CLI's main with its argv:
+    the console script is `sys.exit(main())`); the test above runs it as the installed script."""
     workload, cluster, out = EXAMPLES / "workloads" / "llama3-70b-h100.yaml", EXAMPLES / "clusters" / "h100-8n.yaml", \
         tmp_path / "run"
     subprocess.run([PARATUNE, "tune", "--workload", str(workload), "--target-cluster", str(cluster), "--out-dir",
@@ -197,17 +199,20 @@ def test_measuring_the_recipe_above_the_pick_makes_the_recipe_the_pick_in_summar
     recipe, pick = before["pick"]["own_trial_id"], before["winner_trial_id"]
     assert recipe is not None and pick != recipe  # projected above the recipe
 
-    def measure(trial: int, tokens: str, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run([PARATUNE, "measure", "--out-dir", str(out), "--trial", str(trial),
-                               "--tokens-per-s-per-gpu", tokens, *extra], capture_output=True, text=True, timeout=120)
+    def measure(trial: int, tokens: str, *extra: str) -> tuple[int, str, str]:
+        """(exit code, stdout, stderr) of `paratune measure` on the run."""
+        capsys.readouterr()
+        code = main(["measure", "--out-dir", str(out), "--trial", str(trial), "--tokens-per-s-per-gpu", tokens, *extra])
+        said = capsys.readouterr()
+        return code, said.out, said.err
 
     for args, key in ((("inf",), "tokens_per_s_per_gpu"), (("1600", "--peak-memory-gib", "500"), "peak_memory_gib"),
                       (("160000",), "tokens_per_s_per_gpu")):  # 100x: above the H100's dense peak
-        bad = measure(pick, *args)
-        assert bad.returncode == 2 and key in bad.stderr and "Traceback" not in bad.stderr, bad.stderr
-    assert measure(pick, "1600").returncode == 0
-    done = measure(recipe, "1664")
-    assert done.returncode == 0 and f"pick now trial {recipe}" in done.stdout, done.stdout + done.stderr
+        code, _, err = measure(pick, *args)
+        assert code == 2 and key in err and "internal error" not in err, err
+    assert measure(pick, "1600")[0] == 0
+    code, said, err = measure(recipe, "1664")
+    assert code == 0 and f"pick now trial {recipe}" in said, said + err
     after = json.loads((out / "summary.json").read_text())
     assert after["winner_trial_id"] == recipe and after["winner_calibrated"]["measured"]
     assert after["winner_calibrated"]["tokens_per_s_per_gpu"] == pytest.approx(1664.0)

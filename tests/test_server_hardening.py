@@ -11,6 +11,7 @@ import subprocess
 import anyio
 
 from paratune.ledger import Ledger
+from paratune.planner.cli import main
 from paratune.planner.run.exports import write_overlays
 from paratune.server.app import build_server
 from paratune.server.transport import BearerGuard
@@ -60,10 +61,11 @@ def test_the_bearer_scheme_is_case_insensitive_and_the_token_exact():
     assert codes == [200, 200, 401, 401, 401] and len(seen) == 2
 
 
-def test_the_token_flag_warns_and_log_levels_take_any_case(tmp_path):
-    proc = subprocess.run([PARATUNE, "serve", "--token", "T", "--log-level", "debug", "--workload", "w.yaml"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 2 and "PARATUNE_MCP_TOKEN" in proc.stderr and "give both --workload" in proc.stderr
+def test_the_token_flag_warns_and_log_levels_take_any_case(capsys):
+    # the CLI's main in this process (the console script is `sys.exit(main())`): refused before serving
+    code = main(["serve", "--token", "T", "--log-level", "debug", "--workload", "w.yaml"])
+    err = capsys.readouterr().err
+    assert code == 2 and "PARATUNE_MCP_TOKEN" in err and "give both --workload" in err
 
 
 def test_tools_carry_titles_and_hints_and_the_server_its_version(tmp_path):

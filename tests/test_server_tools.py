@@ -169,6 +169,10 @@ def test_query_llm_without_model_or_litellm_is_a_clear_error(call, monkeypatch):
     assert "no LLM is configured" in error(call("query_llm", prompt="hi"))
     monkeypatch.setenv("LLM_MODEL", "openai/gpt-4o-mini")
     monkeypatch.setitem(sys.modules, "litellm", None)
+    # an openai/... model without its key is answered without LiteLLM (planner/llm/selection.py); with it,
+    # resolving the model needs LiteLLM
+    assert "needs OPENAI_API_KEY" in error(call("query_llm", prompt="hi"))
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")
     assert "LiteLLM is not installed" in error(call("query_llm", prompt="hi"))
 
 
@@ -178,6 +182,7 @@ def test_query_llm_records_usage_never_keys(call, monkeypatch):
     seen = {}
 
     monkeypatch.delenv("OPENAI_API_BASE", raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "unused")  # present: the fake LiteLLM below is asked (validate_environment)
 
     def completion(model, messages, max_tokens, timeout, num_retries):
         seen.update(model=model, messages=messages, timeout=timeout, num_retries=num_retries)

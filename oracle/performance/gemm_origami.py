@@ -1,12 +1,16 @@
 """GEMM time from Origami (`rocm-origami`), AMD's analytic GEMM model, for the AMD GPUs it knows.
 
-Kernel time only (no launch overhead); `origami` is imported lazily so this module imports without it.
+Kernel time only (no launch overhead); `origami` is loaded lazily so this module imports without it.
 """
 
 from __future__ import annotations
 
+import sys
 from functools import cache, lru_cache
+from importlib import machinery, util
 from itertools import product
+from pathlib import Path
+from types import ModuleType
 
 # Per catalog GPU, as hipGetDeviceProperties reports it: gfx arch, CUs, LDS bytes per CU, L2 bytes
 # per XCD, peak engine clock in kHz (CUs x clock reproduce the catalog's dense BF16 peak).
@@ -24,11 +28,39 @@ _TILE_K = (16, 32, 64, 128, 256, 512)
 _DTYPES = ("bf16", "fp16", "fp8")
 
 
+_EXTENSION = "origami.origami"  # the compiled bindings inside the `origami` package (rocm-origami 0.0.3)
+
+
+@cache
+def _origami() -> ModuleType:
+    """Origami's compiled bindings, everything this model calls, loaded without the package's __init__.
+
+    rocm-origami's origami/__init__.py re-exports these bindings and then imports its torch-based Python
+    selector (origami/selector.py: `import torch`, seconds) that nothing here uses. The extension is loaded
+    from the package's folder under its own name and registered there, so a later `import origami` reuses
+    it instead of loading the library twice. ImportError when the package or its library is missing.
+    """
+    if _EXTENSION in sys.modules:
+        return sys.modules[_EXTENSION]
+    package = util.find_spec("origami")
+    if package is None or not package.submodule_search_locations:
+        raise ImportError("rocm-origami is not installed")
+    folder = Path(next(iter(package.submodule_search_locations)))
+    found = [f for suffix in machinery.EXTENSION_SUFFIXES for f in folder.glob(f"origami{suffix}")]
+    spec = util.spec_from_file_location(_EXTENSION, found[0]) if found else None
+    if spec is None or spec.loader is None:
+        raise ImportError(f"rocm-origami: no compiled origami extension in {folder}")
+    module = util.module_from_spec(spec)  # ImportError when its HIP runtime library is missing
+    spec.loader.exec_module(module)
+    sys.modules[_EXTENSION] = module
+    return module
+
+
 @cache
 def origami_available() -> bool:
-    """True when the `origami` extension imports (it also needs the HIP runtime library)."""
+    """True when Origami's extension loads (it also needs the HIP runtime library)."""
     try:
-        import origami  # noqa: F401
+        _origami()
     except ImportError:
         return False
     return True
@@ -37,7 +69,7 @@ def origami_available() -> bool:
 @cache
 def _hardware(gpu_name: str):
     """Origami's hardware model of one catalog GPU, built without a device present."""
-    import origami
+    origami = _origami()
 
     arch, cus, lds, l2, clock_khz = _HARDWARE[gpu_name]
     return origami.get_hardware_for_arch(
@@ -47,7 +79,7 @@ def _hardware(gpu_name: str):
 
 def _origami_dtype(arch: str, dtype: str):
     """Origami's input type: FP8 is E4M3 FNUZ on gfx942 and OCP E4M3 on gfx950."""
-    import origami
+    origami = _origami()
 
     t = origami.data_type_t
     if dtype == "fp8":
@@ -58,7 +90,7 @@ def _origami_dtype(arch: str, dtype: str):
 @cache
 def _configs(gpu_name: str, dtype: str) -> list:
     """Candidate kernel configs: every tile of the grid with every 16+ wide matrix instruction."""
-    import origami
+    origami = _origami()
 
     hw = _hardware(gpu_name)
     configs = []
@@ -79,7 +111,7 @@ def _configs(gpu_name: str, dtype: str) -> list:
 @lru_cache(maxsize=65536)
 def _gemm_ms(gpu_name: str, m: int, n: int, k: int, dtype: str, batch: int) -> float:
     """Predicted ms of the best config for `batch` independent m x n x k GEMMs (one batched kernel)."""
-    import origami
+    origami = _origami()
 
     hw = _hardware(gpu_name)
     in_type = _origami_dtype(ORIGAMI_ARCHS[gpu_name], dtype)

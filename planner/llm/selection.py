@@ -61,9 +61,10 @@ def resolve_llm(cluster_model: str | None) -> LLMConfig:
     config = config.model_copy(update={"credentials": ", ".join(f"{n} ({source_of(n)})" for n in found)})
     if config.model.startswith("openai/") and os.environ.get("OPENAI_API_BASE"):
         return config.model_copy(update={"api_base": os.environ["OPENAI_API_BASE"]})
-    if config.source == "default" and "OPENAI_API_KEY" not in os.environ:
-        # no model named and no OpenAI key: LiteLLM's answer (litellm/utils.py validate_environment, openai:
-        # OPENAI_API_KEY), without importing it (seconds) in every run that has no LLM
+    if config.model.startswith("openai/") and "OPENAI_API_KEY" not in os.environ:
+        # an openai/... model (the default, and the shipped clusters' agent.llm.model) without its key or an
+        # endpoint: LiteLLM's answer (litellm/utils.py validate_environment, provider "openai" from the
+        # model's prefix: OPENAI_API_KEY), without importing it (seconds) in every run that has no LLM
         raise _missing(config, ["OPENAI_API_KEY"])
     try:
         import litellm

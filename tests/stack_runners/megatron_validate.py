@@ -3,6 +3,7 @@ script in a child process: it loads the snapshot's `megatron.training` and stubs
 
 stdin: JSON {"megatron_lm": <snapshot folder>, "cases": [{"argv": [...], "env": {...}, "arch": 9}]}
 stdout (last line): JSON list, per case {"ok": bool, "error": str, "args": {dest: value, ...}}.
+With `--serve`: one such request per stdin line, one answer per stdout line, until stdin closes.
 With {"megatron_lm": ..., "flags": true} instead: the last line is `flag_table()`, every option of
 Megatron-LM's own parser (`add_megatron_arguments`), as paratune's flags reader holds it
 (oracle/inputs/vocabulary/megatron_lm_flags.json, written from this by scripts/build_megatron_flags.py).
@@ -81,12 +82,10 @@ def flag_table(arguments: types.ModuleType) -> dict[str, list[object]]:
     return dict(sorted(table.items()))
 
 
-def main() -> None:
-    request = json.load(sys.stdin)
-    arguments = _load(request["megatron_lm"])
+def answer(arguments: types.ModuleType, request: dict) -> object:
+    """The flag table (`"flags": true`), or each case's parse + validate result."""
     if request.get("flags"):
-        print(json.dumps(flag_table(arguments)))
-        return
+        return flag_table(arguments)
     results = []
     for case in request["cases"]:
         saved = dict(os.environ)
@@ -105,7 +104,29 @@ def main() -> None:
         finally:
             os.environ.clear()
             os.environ.update(saved)
-    print(json.dumps(results))
+    return results
+
+
+def serve() -> None:
+    """`--serve`: a request per stdin line, its answer as one line on the original stdout (everything else
+    printed goes to stderr), Megatron-LM loaded once for all of them (its import is most of a request's time)."""
+    reply = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    arguments = None
+    for line in sys.stdin:
+        request = json.loads(line)
+        arguments = arguments or _load(request["megatron_lm"])
+        reply.write(json.dumps(answer(arguments, request)) + "\n")
+        reply.flush()
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+        return
+    request = json.load(sys.stdin)
+    print(json.dumps(answer(_load(request["megatron_lm"]), request)))
 
 
 if __name__ == "__main__":
