@@ -118,7 +118,7 @@ _ACCOUNTING_RULES = ("split_conflict", "split_pp", "split_vpp", "split_decoders"
 _TP_DIMS = ("tp_num_attention_heads", "tp_num_query_groups", "tp_hidden_size", "tp_ffn_hidden_size")
 _ZB = ("zb_needs_pp", "zbv_needs_pp", "zb_recompute", "zbv_recompute", "zb_vpp", "zbv_vpp")
 _EP_OVERLAP = ("ep_overlap_ep", "ep_overlap_dispatcher", "ep_overlap_vpp", "ep_overlap_schedule",
-               "ep_overlap_recompute", "ep_overlap_mtp")
+               "ep_overlap_recompute", "ep_overlap_mtp", "shared_overlap_ep_overlap")
 _NVIDIA = frozenset({"nvidia"})
 _AMD = frozenset({"amd"})
 
@@ -279,7 +279,7 @@ class TrialConfig(BaseModel):
         "each module's forward re-run (oracle.performance.work.RECOMPUTE_MODULES)",
         "each module's discarded tensors (megatron-core transformer_config.py)",
         rules=("ep_overlap_recompute", "recompute_moe_act", "recompute_fp8_delayed", "recompute_mla_up_proj",
-               "legacy_gg_moe_act_fp8"))] = None
+               "legacy_gg_moe_act_fp8", "shared_overlap_recompute"))] = None
     grad_reduce_in_fp32: Annotated[bool | None, Knob(
         "reduce gradients in FP32 (else BF16)", "grad_reduce_in_fp32",
         "--grad-reduce-in-bf16", "grad_reduce_in_bf16", "mixed_precision.grad_reduce_in_fp32",
@@ -306,7 +306,8 @@ class TrialConfig(BaseModel):
         "--moe-token-dispatcher-type", "moe_token_dispatcher_type", "model.moe_token_dispatcher_type",
         "allgather / NCCL all-to-all / flex (DeepEP, HybridEP) dispatch (oracle.performance.comm)",
         "NCCL all-to-all / allgather buffers and DeepEP's NVLink/RDMA buffers (oracle.memory.overheads)",
-        rules=("ep_overlap_dispatcher", "flex_tp_ep", "flex_rocm"), off="allgather", axis=True, moe=True)] = None
+        rules=("ep_overlap_dispatcher", "flex_tp_ep", "flex_rocm", "shared_overlap_dispatcher"),
+        off="allgather", axis=True, moe=True)] = None
     moe_flex_dispatcher_backend: Annotated[FlexBackend | None, Knob(
         "flex dispatcher backend (MoE, NVIDIA)", "moe_flex_dispatcher_backend",
         "--moe-flex-dispatcher-backend", None, "model.moe_flex_dispatcher_backend",
