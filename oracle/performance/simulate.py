@@ -32,6 +32,7 @@ from .pipeline import (
     dp_traffic,
     held,
     layer_context,
+    ordered_sum,
     p2p_times,
     pass_times,
     rank_chunks,
@@ -164,11 +165,10 @@ class _Shape:
         f, b, w = pass_times(counts, table[:, 0], table[:, 1], table[:, 2])
         self.f, self.b, self.w = tuple(f), tuple(b), tuple(w)
         mine = ranks.T  # per position on a rank: each rank's stage there
-        self.fwd = sum(f[i] for i in mine)
-        self.bwd = sum((b + w)[i] for i in mine)
-        held_counts = counts[:4, mine]  # (block, position on a rank, rank, column)
-        per_position = [list(held_counts[:, j]) for j in range(len(mine))]
-        self.dense, self.expert = (held(per_position, table[:, k]) for k in (3, 4))
+        self.fwd = ordered_sum(f[mine])  # (rank, column): each rank's stages' F, summed position by position
+        self.bwd = ordered_sum((b + w)[mine])
+        held_counts = counts[:4, mine].transpose(1, 0, 2, 3)  # (position on a rank, block, rank, column)
+        self.dense, self.expert = (held(held_counts, table[:, k, None, :]) for k in (3, 4))
         self.m = np.array([y.pl.m for y in xs], dtype=np.int64)
         self.ends: dict[int, np.ndarray] = {}
         self.durations = self.edges = np.empty((0, 0))
