@@ -1,7 +1,8 @@
 """The oracle over arrays equals the oracle on one layout: `estimate_memory_batch` against `estimate_memory`
 on more than 20,000 random legal layouts across dense, MoE and MLA models, every stack and every pipeline
 schedule, the sweep's layout bounds (`iteration_bounds`) against `iteration_bound` on 900 of them, and the
-batched simulation (`simulated_tokens_per_s_per_gpu_batch`) against the scalar one on 2,400.
+batched simulation (`simulated_tokens_per_s_per_gpu_batch`) against the scalar one on 2,400, and with the
+sweep's shared contexts (`same`) on every point of 90 layouts.
 
 The scalar call runs the same formulas on plain numbers (`oracle/memory/estimate.py`), so the two must agree
 to the last bit; the test allows a relative difference of 1e-9, as issue 26 states it. The reference numbers
@@ -20,7 +21,17 @@ from paratune.oracle.memory.estimate import estimate_memory_batch
 from paratune.oracle.performance import iteration_bound, schedule
 from paratune.oracle.performance.bound import iteration_bounds
 from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu, simulated_tokens_per_s_per_gpu_batch
-from paratune.planner.search.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu
+from paratune.planner.search.space import (
+    base_config,
+    bound_variants,
+    enumerate_layouts,
+    knob_points,
+    layout_knobs,
+    menu,
+    point_configs,
+    point_ids,
+    setting_class,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 # (workload, cluster, stack override): dense, MoE and MLA (with MTP); Megatron-LM, Megatron-Bridge and
@@ -123,3 +134,24 @@ def test_batched_simulation_equals_the_scalar_simulation(monkeypatch):
             assert got == simulated_tokens_per_s_per_gpu(workload.model, cfg, cluster), (w_file, cfg.key)
         piped += sum(cfg.pp > 1 for cfg in cfgs)
     assert piped >= 1000  # most points run a pipeline timeline
+
+
+def test_points_sharing_a_context_in_the_sweep_simulate_as_alone():
+    """The sweep passes `same` (one key per point: its layout and its setting's `setting_class`) so that points
+    differing in recompute alone share one pipeline, layer context and blocks: each point's rate must still be
+    the scalar oracle's on that point, to the last bit. Every point of 15 random layouts per case."""
+    rng = random.Random(2028)
+    shared = 0
+    for w_file, c_file, stack in CASES:
+        workload, cluster, layouts = _case(w_file, c_file, stack)
+        m = menu(workload, cluster)
+        cfgs, same, classes = [], [], {}
+        for li, layout in enumerate(rng.sample(layouts, 15)):
+            ids = point_ids(workload, layout, m)
+            cfgs += point_configs(workload, m, layout, base_config(workload, layout), ids)
+            same += [(li, classes.setdefault(setting_class(workload, m, i), len(classes))) for i in ids.tolist()]
+        batch = simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster, same)
+        for cfg, got in zip(cfgs, batch):
+            assert got == simulated_tokens_per_s_per_gpu(workload.model, cfg, cluster), (w_file, cfg.key)
+        shared += len(same) - len(set(same))
+    assert shared >= 1000  # most points share their context with another

@@ -9,7 +9,7 @@ The pieces are `pipeline.py`'s, shared with `iteration_bound` and benchmark mode
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -32,6 +32,7 @@ from .pipeline import (
     dp_traffic,
     held,
     layer_context,
+    ordered_sum,
     p2p_times,
     pass_times,
     rank_chunks,
@@ -71,11 +72,17 @@ def simulated_tokens_per_s_per_gpu(model: ModelArch, cfg: EffectiveConfig, clust
     return simulated_tokens_per_s_per_gpu_batch(model, [cfg], cluster)[0]
 
 
-def simulated_tokens_per_s_per_gpu_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig],
-                                         cluster: ClusterSpec) -> list[float]:
-    """`simulate(...).tokens_per_s_per_gpu` of each layout in `cfgs`, computed over arrays (`_slowest_ranks`)."""
+def simulated_tokens_per_s_per_gpu_batch(model: ModelArch, cfgs: Sequence[EffectiveConfig], cluster: ClusterSpec,
+                                         same: Sequence[Hashable] | None = None) -> list[float]:
+    """`simulate(...).tokens_per_s_per_gpu` of each layout in `cfgs`, computed over arrays (`_slowest_ranks`).
+
+    `same` (the sweep's): one key per layout, equal only where two layouts differ in their recompute knobs
+    alone; those share their pipeline, layer context and blocks, built once (none of them reads recompute)."""
     world = cluster.world_size
-    iteration = _slowest_ranks([_prepared(model, cfg, cluster, None, None) for cfg in cfgs], world).iteration
+    shared: dict[Hashable, tuple[Pipeline, Ctx, tuple[Block, ...]]] = {}
+    keys = range(len(cfgs)) if same is None else same
+    iteration = _slowest_ranks([_prepared(model, cfg, cluster, None, None, shared, k) for cfg, k in zip(cfgs, keys)],
+                               world).iteration
     tokens = np.array([cfg.gbs * cfg.seq_length for cfg in cfgs], dtype=np.int64)
     return rate(tokens, world, iteration).tolist()
 
@@ -92,16 +99,24 @@ class _Prepared(NamedTuple):
 
 
 def _prepared(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None,
-              compute_scale: tuple[tuple[float, float], tuple[float, float]] | None) -> _Prepared:
-    """Everything of a layout the pipeline timeline and the slowest rank read."""
+              compute_scale: tuple[tuple[float, float], tuple[float, float]] | None,
+              shared: dict[Hashable, tuple[Pipeline, Ctx, tuple[Block, ...]]] | None = None, key: Hashable = 0
+              ) -> _Prepared:
+    """Everything of a layout the pipeline timeline and the slowest rank read; its pipeline, layer context and
+    blocks are `shared[key]` where a layout that differs from it in recompute alone has built them."""
     facts = layout_facts(model, cfg, cluster.world_size)
-    pl = Pipeline.of(facts, cfg)
-    ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
-    parts = blocks(ctx, pl.p > 1)
-    if compute_scale is not None:
-        dense_scale, moe_scale = compute_scale
-        parts = (parts[0].rescaled(*dense_scale), parts[1].rescaled(*moe_scale), parts[2], parts[3])
-    return _Prepared(pl, ctx, cfg, chunks(model, facts), parts, recompute_indices(facts))
+    hit = shared.get(key) if shared is not None else None
+    if hit is None:
+        pl = Pipeline.of(facts, cfg)
+        ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
+        parts: tuple[Block, ...] = blocks(ctx, pl.p > 1)
+        if compute_scale is not None:
+            dense_scale, moe_scale = compute_scale
+            parts = (parts[0].rescaled(*dense_scale), parts[1].rescaled(*moe_scale), parts[2], parts[3])
+        hit = (pl, ctx, parts)
+        if shared is not None:
+            shared[key] = hit
+    return _Prepared(hit[0], hit[1], cfg, chunks(model, facts), hit[2], recompute_indices(facts))
 
 
 class _Slowest(NamedTuple):
@@ -164,16 +179,19 @@ class _Shape:
         f, b, w = pass_times(counts, table[:, 0], table[:, 1], table[:, 2])
         self.f, self.b, self.w = tuple(f), tuple(b), tuple(w)
         mine = ranks.T  # per position on a rank: each rank's stage there
-        self.fwd = sum(f[i] for i in mine)
-        self.bwd = sum((b + w)[i] for i in mine)
-        held_counts = counts[:4, mine]  # (block, position on a rank, rank, column)
-        per_position = [list(held_counts[:, j]) for j in range(len(mine))]
-        self.dense, self.expert = (held(per_position, table[:, k]) for k in (3, 4))
+        self.fwd = ordered_sum(f[mine])  # (rank, column): each rank's stages' F, summed position by position
+        self.bwd = ordered_sum((b + w)[mine])
+        held_counts = counts[:4, mine].transpose(1, 0, 2, 3)  # (position on a rank, block, rank, column)
+        self.dense, self.expert = (held(held_counts, table[:, k, None, :]) for k in (3, 4))
         self.m = np.array([y.pl.m for y in xs], dtype=np.int64)
         self.ends: dict[int, np.ndarray] = {}
         self.durations = self.edges = np.empty((0, 0))
         if self.p > 1:  # each column's `timeline_inputs`
-            p2p = np.array([p2p_times(y.ctx, y.cfg, world, y.pl) for y in reps]).T
+            p2p_of: dict[tuple[int, int], tuple[float, ...]] = {}  # per (context, pipeline) object: its p2p times
+            for y in reps:
+                if (id(y.ctx), id(y.pl)) not in p2p_of:
+                    p2p_of[id(y.ctx), id(y.pl)] = p2p_times(y.ctx, y.cfg, world, y.pl)
+            p2p = np.array([p2p_of[id(y.ctx), id(y.pl)] for y in reps]).T
             durations, edges = timeline_inputs(self.schedule, self.f, self.b, self.w, tuple(p2p))
             self.durations, self.edges = np.empty((len(durations), len(reps))), np.empty((len(edges), len(reps)))
             for into, rows in ((self.durations, durations), (self.edges, edges)):

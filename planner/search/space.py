@@ -431,6 +431,20 @@ def _feature_fields(workload: Workload, settings: dict) -> dict:
     return hit
 
 
+RECOMPUTE_FIELDS = ("recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules",
+                    "recompute_layer_ids")
+
+
+def setting_class(workload: Workload, m: Menu, i: int) -> tuple | None:
+    """What feature setting `i` writes into a point's fields (`point_configs`) besides recompute: two points of one
+    layout whose settings have one class differ in their recompute fields alone. None with user pins to check
+    (each point is then resolved whole)."""
+    if m.check is not None:
+        return None
+    fields = _feature_fields(workload, setting_table(m).settings[i])
+    return tuple((k, v) for k, v in fields.items() if k not in RECOMPUTE_FIELDS)
+
+
 def knob_count(layout: dict, m: Menu, moe_ep: bool, sp: bool) -> int:
     """How many points `knob_points` yields (without building them, unless user pins need checking)."""
     if m.check is not None:

@@ -60,6 +60,7 @@ from .space import (
     menu,
     point_configs,
     point_ids,
+    setting_class,
 )
 
 
@@ -91,7 +92,7 @@ T = TypeVar("T")
 def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
     m = menu(workload, cluster)
     _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=m, variants=bound_variants(m),
-                settings={})
+                settings={}, classes={}, class_codes={})
 
 
 def _knobs(layout: dict) -> tuple:
@@ -168,7 +169,7 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
     fitting = np.flatnonzero(memory <= cluster.memory_cap_gb)
     survivors = _unbeaten(fitting, groups, config) if _full() else fitting
     cfgs = [config(k) for k in survivors.tolist()]
-    rates = simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster)
+    rates = simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster, _same(li[survivors], si[survivors]))
     entered: list[Ranked] = []
     for cfg, tps in zip(cfgs, rates):
         item = (tps, cfg.key, cfg)
@@ -201,6 +202,23 @@ def _memory_and_groups(layouts: list[dict], bases: list[EffectiveConfig], ids: l
                      dtype=np.intp).reshape(-1, 4)
     sizes = np.array([2 * (x["tp"] > 1) + (x["ep"] > 1) for x in layouts], dtype=np.intp)
     return memory, li * len(codes) + table[local, sizes[li]]
+
+
+def _same(li: np.ndarray, si: np.ndarray) -> list[tuple[int, int]] | None:
+    """Per point (layout `li`, setting `si`): (its layout, its setting's `setting_class` code), equal only for points
+    that differ in recompute alone (the simulation builds their pipeline and layer context once); None where
+    the classes are unknown (user pins)."""
+    workload, m, codes, classes = _CTX["workload"], _CTX["menu"], _CTX["class_codes"], _CTX["classes"]
+    out = []
+    for layout, setting in zip(li.tolist(), si.tolist()):
+        code = codes.get(setting)
+        if code is None:
+            c = setting_class(workload, m, setting)
+            if c is None:
+                return None
+            code = codes[setting] = classes.setdefault(c, len(classes))
+        out.append((layout, code))
+    return out
 
 
 def _unbeaten(fitting: np.ndarray, groups: np.ndarray, config: Callable[[int], EffectiveConfig]) -> np.ndarray:
