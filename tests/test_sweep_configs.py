@@ -1,4 +1,4 @@
-"""The sweep's per-point configurations (`space.layout_configs`: the layout's fields from one `resolve` of the
+"""The sweep's per-point configurations (`space.point_configs`: the layout's fields from one `resolve` of the
 layout, the feature fields from one `resolve` per feature setting) equal `resolve` of each whole point: every
 field and the config key, which ranks ties and names the layout to the user.
 
@@ -26,9 +26,9 @@ from paratune.planner.search.space import (
     base_config,
     enumerate_layouts,
     knob_points,
-    layout_configs,
     layout_knobs,
     menu,
+    point_configs,
     point_ids,
 )
 
@@ -41,6 +41,12 @@ CASES = [
     ("qwen3-30b-a3b-h100-recipe.yaml", "h100-2n.yaml", "megatron-bridge"),
     ("llama3-70b-h100.yaml", "h100-2n.yaml", "primus"),
 ]
+
+
+def layout_configs(workload, layout, m) -> list:
+    """The configs of every point of `layout` as the sweep builds them (`sweep._score_block`: `point_configs` over
+    the layout's `base_config` and its `point_ids`)."""
+    return point_configs(workload, m, layout, base_config(workload, layout), point_ids(workload, layout, m))
 
 
 def _same(workload, cluster, layouts) -> int:

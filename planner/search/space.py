@@ -382,11 +382,6 @@ def base_config(workload: Workload, layout: dict) -> EffectiveConfig:
     return workload.effective(TrialConfig(**layout))
 
 
-def layout_configs(workload: Workload, layout: dict, m: Menu) -> list[EffectiveConfig]:
-    """`workload.effective` of each of `knob_points(layout)`, in order (`point_configs`)."""
-    return point_configs(workload, m, layout, base_config(workload, layout), point_ids(workload, layout, m))
-
-
 def point_configs(workload: Workload, m: Menu, layout: dict, base: EffectiveConfig, ids: Iterable[int]
                   ) -> list[EffectiveConfig]:
     """`workload.effective` of the points of `layout` with the settings `ids` (`base`: `base_config` of the layout),
