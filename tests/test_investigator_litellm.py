@@ -233,6 +233,10 @@ def test_answers_that_do_not_parse_fail_the_phase_each_call_unparsed_and_the_sch
     assert by_tool["note_to_scratchpad"]["required"] == ["text"] and "author" not in by_tool["note_to_scratchpad"][
         "properties"]  # the tool's own required argument; the gate sets the author
     assert by_tool["get_history"]["properties"]["k"]["maximum"] == 1000  # the tool's own schema (k <= 1000)
+    # a string's bound at most TEXT_CHARS (160), below the tools' own (note 8,000 characters, query_llm's prompt
+    # 50,000: server/tools_info.py), whose grammar llama-cpp-python's server failed to parse and died on
+    assert by_tool["note_to_scratchpad"]["properties"]["text"] == {"type": "string", "minLength": 1, "maxLength": 160}
+    assert by_tool["query_llm"]["properties"]["prompt"]["maxLength"] == 160
     assert all("response_format" in r["body"] for r in requests)
 
 

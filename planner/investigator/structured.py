@@ -91,7 +91,11 @@ def _object(props: dict[str, Any], required: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _inline(node: Any, defs: dict[str, Any]) -> Any:
-    """`node` with each local `$ref` replaced by its definition (a grammar compiler need not resolve them)."""
+    """`node` with each local `$ref` replaced by its definition (a grammar compiler need not resolve them) and
+    each string's maxLength at most TEXT_CHARS: llama.cpp's schema-to-grammar converter writes maxLength N as N
+    nested optional characters, and a tool's own bound (a scratchpad note's 8,000, query_llm's prompt's 50,000)
+    makes a grammar llama-cpp-python 0.3.36's server fails to parse ("failed to parse grammar") and then dies
+    on (the connection error of the ReAct round, benchmarks/real_llm.py). The server still checks its bounds."""
     if isinstance(node, list):
         return [_inline(n, defs) for n in node]
     if not isinstance(node, dict):
@@ -99,7 +103,10 @@ def _inline(node: Any, defs: dict[str, Any]) -> Any:
     ref = node.get("$ref", "")
     if ref.startswith("#/$defs/"):
         return _inline(defs.get(ref.rsplit("/", 1)[-1], {}), defs)
-    return {k: _inline(v, defs) for k, v in node.items() if k not in ("title", "$defs")}
+    out = {k: _inline(v, defs) for k, v in node.items() if k not in ("title", "$defs")}
+    if isinstance(out.get("maxLength"), int):
+        out["maxLength"] = min(out["maxLength"], TEXT_CHARS)
+    return out
 
 
 def response_format(mode: Structured, schema: dict[str, Any]) -> dict[str, Any] | None:
