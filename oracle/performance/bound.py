@@ -10,11 +10,10 @@ It takes simulate's own steps on the fastest version of each piece, and no step 
   times are sums of these.
 - Pipeline ends: up to 3p micro-batches (p = PP) they come from the exact timeline (an op starts when
   its rank is free and its dependency has arrived), which cannot end earlier when an op gets longer.
-  Beyond, simulate extrapolates lo + k·(hi - lo) = hi + (k-1)·(hi - lo) from the runs of 2p (lo)
-  and 3p (hi) micro-batches, k = (m - 2p)/p > 1. Every op of the 2p order appears in the 3p order in
-  the same per-rank order (a W may stand for any W of its stage: nothing waits on a weight-grad), so
-  it finishes in hi no earlier than in lo, and the rank still runs the ops that follow its last one:
-  hi - lo >= their time (the tail). Hence ends >= hi + (k-1)·tail, both taken on the fastest blocks.
+  Beyond, simulate extrapolates lo + k·Δ from the runs of 2p (lo) and 3p (hi) micro-batches,
+  k = (m - 2p)/p > 1, Δ = max(hi - lo, p·work) with work the rank's F, B and W per micro-batch
+  (`schedule.extrapolated`). Since lo + Δ >= hi, that is at least hi + (k-1)·p·work, and both hi and work
+  only grow with the ops' times: the bound takes them on the fastest blocks.
 - Per rank, the exposed DP traffic (>= 0) is left out and the optimizer step taken sharded (its least).
 """
 
@@ -45,7 +44,7 @@ from .pipeline import (
     rank_params,
     stage_times,
 )
-from .schedule import SPLIT_BACKWARD, W, rank_end_times_batch, rank_orders, timeline_inputs, virtual_stages
+from .schedule import rank_end_times_batch, rank_work, timeline_inputs
 from .work import Work
 
 ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
@@ -148,34 +147,7 @@ def _fastest(versions: tuple[Block, ...]) -> Block:
 def extrapolation_bound(schedule: str, p: int, v: int, m: int, hi: tuple[float, ...], f: tuple[float, ...],
                         b: tuple[float, ...], w: tuple[float, ...]) -> tuple[float, ...]:
     """Per rank, a lower bound on `rank_end_times` of m > 3p micro-batches from `hi`, its exact ends of 3p:
-    hi + (k-1)·tail (module docstring); zeros where the 2p order does not embed in the 3p one."""
-    tails = _tails(schedule, p, v)
-    if tails is None:
-        return (0.0,) * p
-    folded = b if schedule in SPLIT_BACKWARD else tuple(x + y for x, y in zip(b, w))  # B runs W there
-    durations = f + folded + w
+    hi + (k-1)·p·work (module docstring; `schedule.extrapolated`), work = the rank's F, B and W per micro-batch."""
     k = (m - 2 * p) / p
-    return tuple(end + (k - 1) * sum(n * durations[i] for i, n in counts) for end, counts in zip(hi, tails))
-
-
-@lru_cache(maxsize=1024)
-def _tails(schedule: str, p: int, v: int) -> tuple[tuple[tuple[int, int], ...], ...] | None:
-    """Per rank, (duration index (kind·V + stage), how many) of each kind of op the 3p-micro-batch order issues
-    after it has issued every op of the 2p order, in index order, the indices it issues none of left out (their
-    zero terms leave the tail's sum as it is); None where the 2p order does not embed."""
-    V = virtual_stages(schedule, p, v)
-    out = []
-    for short, long in zip(rank_orders(schedule, p, v, 2 * p), rank_orders(schedule, p, v, 3 * p)):
-        rest = iter(long)
-        if not all(any(_stands_for(op, other) for other in rest) for op in short):
-            return None
-        counts = [0] * (3 * V)
-        for kind, vs, _ in rest:
-            counts[kind * V + vs] += 1
-        out.append(tuple((i, n) for i, n in enumerate(counts) if n))
-    return tuple(out)
-
-
-def _stands_for(op: tuple[int, int, int], other: tuple[int, int, int]) -> bool:
-    """`other` may take `op`'s place: the same op, or a weight-grad of the same stage."""
-    return other == op or (op[0] == other[0] == W and op[1] == other[1])
+    durations, _ = timeline_inputs(schedule, f, b, w, ())
+    return tuple(end + (k - 1) * p * work for end, work in zip(hi, rank_work(schedule, p, v, durations)))

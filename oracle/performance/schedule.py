@@ -205,6 +205,16 @@ def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w
     return f + b + w, p2p + (0.0,)
 
 
+def rank_work(schedule: str, p: int, v: int, durations: Sequence[float]) -> tuple[float, ...]:
+    """Each rank's work per micro-batch (ms): the durations (`timeline_inputs`' first part) of the F, B and W of the
+    virtual stages it runs."""
+    V = virtual_stages(schedule, p, v)
+    work = [0.0] * p
+    for i, d in enumerate(durations):
+        work[rank_of(schedule, p, i % V)] += d
+    return tuple(work)
+
+
 def rank_end_times_batch(schedule: str, p: int, v: int, m: int,
                          inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]]) -> list[tuple[float, ...]]:
     """`rank_end_times` of many layouts with one program (m <= 3p micro-batches; `inputs`: each one's
@@ -233,23 +243,27 @@ def rank_end_times_many(schedule: str, p: int, v: int, m: int,
                         inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]]) -> list[tuple[float, ...]]:
     """`rank_end_times` of many layouts with one program, any m (`inputs`: each one's `timeline_inputs`): the
     distinct inputs run together (`rank_end_times_batch`); beyond 3p micro-batches the ends of 2p (lo) and
-    3p (hi) are extrapolated, lo + k·(hi - lo) with k = (m - 2p)/p (the timeline's steady state repeats
-    per p micro-batches). The same operations on each layout as on one, so a batch agrees to the last bit."""
+    3p (hi) are extrapolated (`extrapolated`: the timeline's steady state repeats per p micro-batches). The same
+    operations on each layout as on one, so a batch agrees to the last bit."""
     unique = list(dict.fromkeys(inputs))
     if m <= 3 * p:
         ends = rank_end_times_batch(schedule, p, v, m, unique)
     else:
         lows = rank_end_times_batch(schedule, p, v, 2 * p, unique)
         highs = rank_end_times_batch(schedule, p, v, 3 * p, unique)
-        ends = [tuple(extrapolated(a, z, m, p) for a, z in zip(lo, hi)) for lo, hi in zip(lows, highs)]
+        ends = [tuple(float(extrapolated(a, z, m, p, work)) for a, z, work in zip(lo, hi, rank_work(schedule, p, v, d)))
+                for lo, hi, (d, _) in zip(lows, highs, unique)]
     by_input = dict(zip(unique, ends))
     return [by_input[x] for x in inputs]
 
 
-def extrapolated(lo: Any, hi: Any, m: Any, p: int) -> Any:
-    """A rank's end after m > 3p micro-batches from its ends after 2p (`lo`) and 3p (`hi`): lo + k·(hi - lo),
-    k = (m - 2p)/p (numbers, or numpy arrays with one element per layout)."""
-    return lo + (m - 2 * p) / p * (hi - lo)
+def extrapolated(lo: Any, hi: Any, m: Any, p: int, busy: Any) -> Any:
+    """A rank's end after m > 3p micro-batches from its ends after 2p (`lo`) and 3p (`hi`): lo + k·Δ, k = (m - 2p)/p,
+    Δ the time the steady state adds per p micro-batches: hi - lo, but never less than the p micro-batches' work of
+    the rank itself (`busy`: its F, B and W per micro-batch), which it runs one op at a time (numbers, or numpy
+    arrays with one element per layout). The floor makes the end at least hi + (k-1)·p·busy, which rises with
+    every op's time: the bound the search prunes with (`bound.extrapolation_bound`)."""
+    return lo + (m - 2 * p) / p * np.maximum(hi - lo, p * busy)
 
 
 @lru_cache(maxsize=8192)

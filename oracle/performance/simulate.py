@@ -238,7 +238,7 @@ class _Shape:
         if big.any():
             rows = np.flatnonzero(big)
             lo, hi = self.ends[2 * p][:, which[rows]], self.ends[3 * p][:, which[rows]]
-            ends[:, rows] = extrapolated(lo, hi, m[rows], p)
+            ends[:, rows] = extrapolated(lo, hi, m[rows], p, (self.fwd + self.bwd)[:, which[rows]])
         return ends
 
     def slowest(self) -> np.ndarray:
