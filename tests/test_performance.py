@@ -24,6 +24,9 @@ from paratune.oracle.performance.schedule import (
     SPLIT_BACKWARD,
     _run,
     rank_end_times,
+    rank_end_times_batch,
+    rank_work,
+    timeline_inputs,
     virtual_stages,
 )
 from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, TrialConfig, Workload
@@ -308,6 +311,27 @@ def test_extrapolated_ends_stay_above_their_bound_for_any_durations(schedule, v)
             hi = rank_end_times(schedule, p, v, 3 * p, f, b, w, p2p)
             bound = extrapolation_bound(schedule, p, v, m, hi, f, b, w)
             assert all(lo <= e * (1 + 1e-12) for lo, e in zip(bound, ends)), (p, m)
+
+
+@pytest.mark.parametrize("schedule,v", [("1f1b", 1), ("interleaved", 2), ("zb", 1), ("zbv", 2)])
+def test_no_rank_ends_before_it_has_run_its_ops(schedule, v):
+    """A rank runs its ops one at a time, so m micro-batches take it at least m times its work per micro-batch,
+    extrapolated or not: with a heavier first stage (an embedding's) the 2p-to-3p difference of ZB-V's first
+    rank is below its own p micro-batches' work, and extrapolating that difference ended the rank early. The
+    extrapolated ends also stay close to the exact timeline of all m micro-batches."""
+    rng = random.Random(2)
+    for p in (2, 4, 6):
+        V = virtual_stages(schedule, p, v)
+        for _ in range(10):
+            f, b, w = (tuple(rng.uniform(0.8, 1.2) * (1.5 if i == 0 else 1.0) for i in range(V)) for _ in range(3))
+            p2p = (0.01,) * (V - 1)
+            m = p * 16
+            ends = rank_end_times(schedule, p, v, m, f, b, w, p2p)
+            durations, edges = timeline_inputs(schedule, f, b, w, p2p)
+            work = rank_work(schedule, p, v, durations)
+            assert all(e >= m * x * (1 - 1e-12) for e, x in zip(ends, work)), (p, ends, work)
+            exact = rank_end_times_batch(schedule, p, v, m, [(durations, edges)])[0]
+            assert max(ends) == pytest.approx(max(exact), rel=0.02)
 
 
 def test_a_bottleneck_rank_extrapolates_by_its_own_work():
