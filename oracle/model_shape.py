@@ -59,6 +59,9 @@ class ModelShape:
     dropout: bool  # hidden and attention dropout (1-byte masks)
     learned_positions: bool
     rotary: bool  # RoPE on Q and K
+    # TE's fused RoPE kernel: Megatron keeps it for plain RoPE only (YaRN, mRoPE run megatron-core's unfused
+    # rotary, `constants.ROPE_UNFUSED_MOVES`)
+    rope_fused: bool
     untied: bool  # separate output-layer weight
     spans_dense: tuple[tuple[int, int], ...]  # (attention span, layers) of the dense layers (`attention_spans`)
     spans_moe: tuple[tuple[int, int], ...]  # ... of the MoE layers
@@ -94,6 +97,7 @@ def _build(model: ModelArch) -> ModelShape:
         qk_norm_params=(1 if rms else 2) if qk_norm and model.qk_layernorm else 0,
         sinks=model.softmax_type == "learnable", dropout=model.has_dropout,
         learned_positions=model.learned_positions, rotary=model.rotary,
+        rope_fused=model.position_embedding_type in (None, "rope"),
         untied=model.untie_embeddings_and_output_weights, spans_dense=_spans(model, 0), spans_moe=_spans(model, 1),
     )
 

@@ -24,6 +24,22 @@ SOFTMAX_FWD_BYTES = 2.0 * E_BYTES
 SOFTMAX_BWD_BYTES = 3.0 * E_BYTES
 ATTN_DROPOUT_BYTES = 2.0 * E_BYTES + 1.0  # read + write the scores and a 1-byte mask, per pass
 
+# ---- rotary ------------------------------------------------------------------------------------------------
+# Element moves (reads + writes) per element of Q or K. Fused RoPE (TE's fused_apply_rotary_pos_emb) reads and
+# writes it once forward and its gradient twice backward. Megatron disables the fusion for every position type
+# but plain RoPE (Megatron-LM 2edffadb52 training/arguments.py: `position_embedding_type != 'rope'` ->
+# `apply_rope_fusion = False`; Megatron-Bridge v0.4.2/v0.6.0 utils/fusions.py
+# `validate_rope_fusion_compatibility`, called by GPTModelProvider.provide), and megatron-core's dispatcher
+# falls back to it for YaRN's mscale != 1 anyway (models/common/embeddings/rope_utils.py
+# `apply_rotary_pos_emb`). The unfused `_apply_rotary_pos_emb_bshd` (same file), forward: t * cos (read +
+# write: 2), `_rotate_half`'s negated half (1) and its cat (2), * sin (2), the sum (3), the final cat with
+# the empty pass-through part (2): 12; backward (autograd): grad * sin (2), the negated half (1), chunk's
+# gradient cat (2), grad * cos (2), the two gradients summed into t's (3), the empty pass-through slice's
+# zero gradient written (1) and summed into t's too (3): 14 (tests/test_gpt_oss_terms.py counts both on
+# megatron-core 0.16.1's own function).
+ROPE_FUSED_MOVES = (2.0, 4.0)
+ROPE_UNFUSED_MOVES = (12.0, 14.0)
+
 # ---- MoE router -----------------------------------------------------------------------------------------
 # Router scores in fp32 (megatron-core router.py casts the logits for softmax / top-k): the logits are
 # written, read by the softmax, written as probabilities and read by top-k: 4 passes of 4 B.
@@ -31,6 +47,15 @@ ROUTER_PASSES = 4
 # Row indices of the unfused permutation (megatron-core moe_utils.py `permute`: masked_select of an int64
 # arange over the routing map, then index_select): 8 B each.
 TOKEN_INDEX_BYTES = 8
+# The routed experts' fc2 bias outside the op fuser (megatron-core 2edffadb52 transformer/moe/experts.py
+# `TEGroupedMLP._apply_bias`, the same eager path at cd4afffa64): fc2 returns its bias (skip_bias_add), and
+# per local expert `t + b * p` over that expert's rows, then torch.cat, with the probs p in the logits' BF16
+# (router_dtype unset; TE router.py: probs "in the same dtype as the logits"). Bytes per element of the
+# [rows, H] output, forward: b * p written (2), the sum read 2 + 2 and written (6), the cat read and written
+# (4): 12; backward: bias grad (grad * p written and read by the row sum: 2 + 2 + 2) and probs grad
+# (grad * b, then its sum over H: 6), torch.split's gradient cat (4): 16 (counted on megatron-core 0.16.1's
+# own function in tests/test_gpt_oss_terms.py).
+EXPERT_BIAS_BYTES = (12.0, 16.0)
 
 # ---- embedding and loss ---------------------------------------------------------------------------------
 # The embedding backward reads the output gradient (2 B) and scatter-adds into the fp32 weight-gradient

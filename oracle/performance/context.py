@@ -32,6 +32,7 @@ class Ctx:
     grouped_gemm: bool  # one grouped launch for the local experts' GEMMs (else one GEMM each)
     legacy_grouped: bool  # the legacy GroupedMLP (`moe_use_legacy_grouped_gemm`): BF16 expert GEMMs
     permute_fusion: bool  # moe_permute_fusion: TE's fused permute/unpermute kernels
+    op_fuser: bool  # use_transformer_engine_op_fuser: the routed experts' MLP as TE's fused op sequence
     shared_overlap: bool  # moe_shared_expert_overlap with the all-to-all dispatcher: shared experts beside the exchange
     sync_free: bool  # Primus's sync-free MoE stages (turbo_sync_free_moe_stage >= 1): no host syncs
     graphed: frozenset[str]  # layer scopes CUDA graphs replay (`host_issue.captured`)
@@ -66,6 +67,18 @@ class Ctx:
     def attn_rate(self) -> float:
         """Flash-attention FLOPs per ms."""
         return self.gpu.bf16_tflops * 1e9 * self.c.attn_eff
+
+    @property
+    def unfused_expert_bias(self) -> bool:
+        """Whether the experts' fc2 bias runs as megatron-core's own per-expert passes (`EXPERT_BIAS_BYTES`,
+        and their launches in `host_issue`): TE's GroupedLinear with a bias outside the op fuser (megatron-core
+        2edffadb52 transformer/moe/experts.py `TEGroupedMLP._apply_bias`). Under
+        `use_transformer_engine_op_fuser` the fused op sequence adds it, scaled by the probs, in fc2's grouped
+        GEMM (TransformerEngine v2.17.1 pytorch/ops/fused/grouped_mlp.py: `bias`, `bias_scale` of
+        `general_grouped_gemm_for_grouped_tensor`; its gradient in the dGLU kernel's dbias and
+        `compute_grouped_dbias_dscales`), not costed. The legacy GroupedMLP refuses a bias (`legality`);
+        SequentialMLP's experts are plain MLPs."""
+        return self.shape.bias and self.grouped_gemm and not self.legacy_grouped and not self.op_fuser
 
     def linear_dtype(self) -> str:
         return "fp8" if self.fp8 else HALF

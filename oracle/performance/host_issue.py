@@ -33,6 +33,12 @@ PREPROCESS_OPS = 5
 EXPERT_OPS = 7
 PER_EXPERT_OPS = 3  # fc1, activation, fc2 of one expert (SequentialMLP)
 SHARED_OPS = 4
+# megatron-core's unfused rotary (constants.ROPE_UNFUSED_MOVES) is 12 launches per call (cos, * mscale, cast,
+# sin, * mscale, cast, then t * cos, the negated half, its cat, * sin, the sum, the final cat; rope_utils.py
+# `_apply_rotary_pos_emb_bshd`), one call for Q and one for K, where the fused kernel is one launch each
+ROPE_UNFUSED_EXTRA_OPS = 2 * 12 - 2
+# `TEGroupedMLP._apply_bias` (constants.EXPERT_BIAS_BYTES): b * p and the sum per local expert, then one cat
+BIAS_OPS_PER_EXPERT = 2
 GRAPHABLE = ("attn", "mlp", "moe_router", "moe_preprocess", "moe")
 
 
@@ -54,12 +60,14 @@ def captured(impl: str, scope: tuple[str, ...] | None) -> frozenset[str]:
 def _scope_ops(ctx: Ctx, moe: bool) -> dict[str, float]:
     """Forward launches of each scope of one layer (FP8: one more per GEMM)."""
     q = 1 if ctx.fp8 else 0
+    a = ctx.shape
+    attn = ATTN_OPS + 2 * q + (ROPE_UNFUSED_EXTRA_OPS if a.rotary and not a.rope_fused and not a.mla else 0)
     if not moe:
-        return {"attn": ATTN_OPS + 2 * q, "mlp": MLP_OPS + 2 * q}
+        return {"attn": attn, "mlp": MLP_OPS + 2 * q}
     local = max(1, ctx.shape.experts // ctx.ep)
     experts = _expert_ops(ctx, local)
     shared = SHARED_OPS + 2 * q if ctx.shape.shared_ffn else 0
-    return {"attn": ATTN_OPS + 2 * q, "moe_router": ROUTER_OPS, "moe_preprocess": PREPROCESS_OPS,
+    return {"attn": attn, "moe_router": ROUTER_OPS, "moe_preprocess": PREPROCESS_OPS,
             "moe": experts + shared}
 
 
@@ -77,7 +85,8 @@ def _expert_ops(ctx: Ctx, local: int) -> int:
     in-sample 7.0 % against 4.9 %)."""
     q = 1 if ctx.expert_dtype() == "fp8" else 0
     if ctx.grouped_gemm:
-        return EXPERT_OPS + 2 * q * local
+        bias = BIAS_OPS_PER_EXPERT * local + 1 if ctx.unfused_expert_bias else 0
+        return EXPERT_OPS + 2 * q * local + bias
     return EXPERT_OPS - 3 + local * (PER_EXPERT_OPS + 2 * q)
 
 

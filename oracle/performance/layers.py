@@ -25,6 +25,8 @@ from .constants import (
     EMBEDDING_GRAD_BYTES,
     FA_BWD,
     LOSS_BYTES,
+    ROPE_FUSED_MOVES,
+    ROPE_UNFUSED_MOVES,
     SOFTMAX_BWD_BYTES,
     SOFTMAX_FWD_BYTES,
 )
@@ -114,12 +116,22 @@ def _attention(ctx: Ctx, w: Builder, moe: bool) -> None:
         rotary = T * (a.heads + 2 * a.groups) / tp * a.qk_dim if a.rotary else 0.0
         if a.qk_norm:  # read and write Q and K once more, like the rotary pass
             rotary += T * (a.heads + a.groups) / tp * a.qk_dim
+        if a.rotary and not a.rope_fused:
+            _unfused_rotary(ctx, w, T * (a.heads + a.groups) / tp * a.qk_dim)
     _linear(ctx, w, T, a.h, heads * a.v_head_dim, dtype)
-    w.add(ELEM, 2 * rotary * E_BYTES / ctx.hbm, 4 * rotary * E_BYTES / ctx.hbm)
+    fused_f, fused_b = ROPE_FUSED_MOVES
+    w.add(ELEM, fused_f * rotary * E_BYTES / ctx.hbm, fused_b * rotary * E_BYTES / ctx.hbm)
     core_f, core_b = _core_attention(ctx, heads, a.spans_moe if moe else a.spans_dense)
     w.add(ATTN, core_f, core_b)
     w.tag("core_attn", core_f)
     _cp_ring(ctx, w, heads, core_f, core_b)
+
+
+def _unfused_rotary(ctx: Ctx, w: Builder, elements: float) -> None:
+    """What megatron-core's unfused rotary (YaRN, mRoPE: `constants.ROPE_UNFUSED_MOVES`) moves beyond the fused
+    pass `_attention` costs for every rotary model, over the `elements` of Q and K."""
+    (uf, ub), (ff, fb) = ROPE_UNFUSED_MOVES, ROPE_FUSED_MOVES
+    w.add(ELEM, (uf - ff) * elements * E_BYTES / ctx.hbm, (ub - fb) * elements * E_BYTES / ctx.hbm)
 
 
 def _core_attention(ctx: Ctx, heads: float, spans: tuple[tuple[int, int], ...]) -> tuple[float, float]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from math import log, prod, sqrt
 
-from .constants import E_BYTES, FP32_BYTES, ROUTER_PASSES, TOKEN_INDEX_BYTES
+from .constants import E_BYTES, EXPERT_BIAS_BYTES, FP32_BYTES, ROUTER_PASSES, TOKEN_INDEX_BYTES
 from .context import HALF, Ctx
 from .ep_bandwidth import ALLGATHER, ALLTOALL, DEDUP_BACKENDS, link_rates
 from .host_issue import dispatch_syncs
@@ -88,6 +88,9 @@ def expert_mlps(ctx: Ctx, w: Builder, rows: float, grouped, activation) -> None:
     start = w.forward_ms()
     activation(ctx, w, rows, ffn)
     w.tag("moe_act", w.forward_ms() - start)
+    if ctx.unfused_expert_bias:
+        fwd, bwd = EXPERT_BIAS_BYTES
+        w.add(ELEM, fwd * rows * a.h / ctx.hbm, bwd * rows * a.h / ctx.hbm)
 
 
 def _distinct(experts: int, topk: float, share: float) -> float:

@@ -89,6 +89,7 @@ class EffectiveConfig(BaseModel):
     moe_shared_expert_overlap: bool
     cuda_graph_scope: tuple[str, ...] | None
     recompute_layer_ids: tuple[int, ...] | None = None  # Primus: the layers full recompute redoes (TrainingArgs)
+    use_transformer_engine_op_fuser: bool = False  # a default: ledger rows written before it was modelled load
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> EffectiveConfig:
         """A copy with `update` applied; the cached key is dropped, since the fields may change."""

@@ -104,6 +104,10 @@ class TrainingArgs(BaseModel):
     overlap_moe_expert_parallel_comm: bool = False
     cuda_graph_impl: CudaGraphImpl = "none"
     cuda_graph_scope: tuple[CudaGraphScope, ...] | None = None  # None or empty: the whole layer (Megatron's default)
+    # Transformer Engine's op fuser for the routed experts (megatron-core cd4afffa64 transformer_config.py
+    # `use_transformer_engine_op_fuser`, default off; experts.py `TEGroupedMLP._with_fused_impl`): fc1, the
+    # scaled activation and fc2 as one te.ops.Sequential, the fc2 bias scaled by the probs inside it
+    use_transformer_engine_op_fuser: bool = False
 
     @field_validator("recompute_granularity", "fp8", "recompute_method", "pp_schedule",
                      "pipeline_model_parallel_layout", mode="before")
