@@ -219,11 +219,13 @@ def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w
                     ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(durations by duration index, p2p time by edge index) of a layout's ops (`_program`; numbers, or numpy
     arrays with one element per layout): schedules without a separate W run it inside B (b + 0.0 is b where
-    a stage has no W); `solo`: the (F, B) of a stage's solo FS and BS ops (default: F and B)."""
-    fs, bs = solo if solo is not None else (f, b)
-    if schedule not in SPLIT_BACKWARD:
-        b, bs, w = tuple(x + y for x, y in zip(b, w)), tuple(x + y for x, y in zip(bs, w)), (0.0,) * len(w)
-    return f + b + w + fs + bs, p2p + (0.0,)
+    a stage has no W); `solo`: the (F, B) of a stage's solo FS and BS ops, which only a `paired` program has."""
+    folded = schedule not in SPLIT_BACKWARD
+    durations = f + (tuple(x + y for x, y in zip(b, w)) + (0.0,) * len(w) if folded else b + w)
+    if solo is None:
+        return durations, p2p + (0.0,)
+    fs, bs = solo
+    return durations + fs + (tuple(x + y for x, y in zip(bs, w)) if folded else bs), p2p + (0.0,)
 
 
 def rank_end_times_batch(schedule: str, p: int, v: int, m: int,

@@ -178,8 +178,11 @@ class _Shape:
                            for b in y.parts for rec in (b.recompute_ms(y.modules),)] for y in reps]).transpose(1, 2, 0)
         counts = np.array([stage_counts(y.stages) for y in reps]).transpose(1, 2, 0)  # (count, stage, column)
         f, b, w = pass_times(counts, table[:, 0], table[:, 1], table[:, 2])
-        fs, bs, _ = pass_times(counts, table[:, 5], table[:, 6], table[:, 2])
-        self.f, self.b, self.w, self.fs, self.bs = tuple(f), tuple(b), tuple(w), tuple(fs), tuple(bs)
+        self.f, self.b, self.w = tuple(f), tuple(b), tuple(w)
+        self.fs, self.bs = self.f, self.b  # without the EP overlap no pass runs solo
+        if self.paired:
+            fs, bs, _ = pass_times(counts, table[:, 5], table[:, 6], table[:, 2])
+            self.fs, self.bs = tuple(fs), tuple(bs)
         mine = ranks.T  # per position on a rank: each rank's stage there
         self.fwd = ordered_sum(f[mine])  # (rank, column): each rank's stages' F, summed position by position
         self.bwd = ordered_sum((b + w)[mine])
@@ -194,7 +197,8 @@ class _Shape:
                 if (id(y.ctx), id(y.pl)) not in p2p_of:
                     p2p_of[id(y.ctx), id(y.pl)] = p2p_times(y.ctx, y.cfg, world, y.pl)
             p2p = np.array([p2p_of[id(y.ctx), id(y.pl)] for y in reps]).T
-            durations, edges = timeline_inputs(self.schedule, self.f, self.b, self.w, tuple(p2p), (self.fs, self.bs))
+            solo = (self.fs, self.bs) if self.paired else None
+            durations, edges = timeline_inputs(self.schedule, self.f, self.b, self.w, tuple(p2p), solo)
             self.durations, self.edges = np.empty((len(durations), len(reps))), np.empty((len(edges), len(reps)))
             for into, rows in ((self.durations, durations), (self.edges, edges)):
                 for i, row in enumerate(rows):
@@ -232,8 +236,10 @@ class _Shape:
         (combined_1f1b.py `combined_1f1b_schedule_for_no_pipelining`)."""
         p, m, which = self.p, self.m, self.which
         if p == 1:
-            solo = (sum(self.fs) - sum(self.f) + sum(self.bs) - sum(self.b))[which] if self.paired else 0.0
-            return (m * (sum(self.f) + sum(self.b) + sum(self.w))[which] + solo)[None, :]
+            ends = m * (sum(self.f) + sum(self.b) + sum(self.w))[which]
+            if self.paired:
+                ends = ends + (sum(self.fs) - sum(self.f) + sum(self.bs) - sum(self.b))[which]
+            return ends[None, :]
         ends = np.empty((p, len(m)))
         big = m > 3 * p
         for k in np.unique(m[~big]).tolist():
