@@ -9,9 +9,11 @@ It takes simulate's own steps on the fastest version of each piece, and no step 
   overlaps can go either way: each block's F, B and W is the least over every setting of each. Stage
   times are sums of these.
 - Pipeline ends: up to 3p micro-batches (p = PP) they come from the exact timeline (an op starts when
-  its rank is free and its dependency has arrived), which cannot end earlier when an op gets longer.
+  its rank is free and its dependency has arrived), which cannot end earlier when an op gets longer;
+  the EP overlap's solo warm-up and cool-down ops (`schedule.py`) keep the order and are no shorter, so
+  the timeline takes every op as paired.
   Beyond, simulate extrapolates lo + k·Δ from the runs of 2p (lo) and 3p (hi) micro-batches,
-  k = (m - 2p)/p > 1, Δ = max(hi - lo, p·work) with work the rank's F, B and W per micro-batch
+  k = (m - 2p)/p > 1, Δ = max(hi - lo, p·work) with work the rank's F, B and W per steady-state micro-batch
   (`schedule.extrapolated`). Since lo + Δ >= hi, that is at least hi + (k-1)·p·work, and both hi and work
   only grow with the ops' times: the bound takes them on the fastest blocks.
 - Per rank, the exposed DP traffic (>= 0) is left out and the optimizer step taken sharded (its least).
@@ -139,9 +141,10 @@ def _fastest_blocks(ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[Bloc
 
 def _fastest(versions: tuple[Block, ...]) -> Block:
     """The least F, B and W of one block over its versions (their weights are the same); no recompute, and
-    no split by component (the bound is never broken down)."""
-    return Block(Work(), min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions),
-                  Work().rec, versions[0].params)
+    no split by component (the bound is never broken down). Its solo passes are its least F and B too: the
+    bound's timelines time every op as paired, the EP overlap's solo ops no shorter (`schedule.py`)."""
+    f, b = min(x.f for x in versions), min(x.b for x in versions)
+    return Block(Work(), f, b, min(x.w for x in versions), Work().rec, versions[0].params, Work(), f, b)
 
 
 def extrapolation_bound(schedule: str, p: int, v: int, m: int, hi: tuple[float, ...], f: tuple[float, ...],

@@ -276,8 +276,9 @@ def _ep_overlap(ctx: Ctx, w: Builder, pre: tuple[float, float, float]) -> None:
     exposed, the rest of the exchange is covered at `overlap_cost` (`_hidden_behind`), split between the
     passes like their exchanges. `pre`: the attention block's (forward, data-grad, wgrad) ms; the rest of
     the layer's compute is the MoE MLP's. Dispatch and combine move the same bytes
-    (`moe_layer.dispatch_combine`), half of each pass's exchange each. Not modelled: warm-up and cool-down
-    micro-batches, which have no partner, are counted as overlapped."""
+    (`moe_layer.dispatch_combine`), half of each pass's exchange each. This is a paired pass; the warm-up and
+    cool-down passes, which have no partner, run the layer as without the overlap (`pipeline.blocks`' solo
+    work, timed in `schedule.py`)."""
     comm_f, comm_b = w.f[EP], w.b[EP]
     if comm_f + comm_b <= 0:
         return

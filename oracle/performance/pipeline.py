@@ -10,7 +10,7 @@ schedule simulation's per-rank ends, and each rank's data-parallel traffic and o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -116,7 +116,9 @@ def block_weights(a: ModelShape, tp: int, etp: int, ep: int, piped: bool, seq: i
 
 @dataclass(frozen=True)
 class Block:
-    """A block's work with its per-pass totals, and the weights it holds (dense-sharded, expert)."""
+    """A block's work with its per-pass totals, and the weights it holds (dense-sharded, expert); `solo`: its
+    work where it runs without a combined-1F1B partner (EP overlap: the exchanges exposed; `schedule.py`
+    module doc), its forward and backward totals `fs`, `bs`."""
 
     work: Work
     f: float
@@ -124,10 +126,14 @@ class Block:
     w: float
     rec: tuple[float, ...]  # forward ms of each selective-recompute module (RECOMPUTE_MODULES order)
     params: Weights
+    solo: Work
+    fs: float
+    bs: float
 
     @classmethod
-    def of(cls, work: Work, params: Weights) -> Block:
-        return cls(work, sum(work.f), sum(work.b), sum(work.w), work.rec, params)
+    def of(cls, work: Work, params: Weights, solo: Work | None = None) -> Block:
+        alone = work if solo is None else solo
+        return cls(work, sum(work.f), sum(work.b), sum(work.w), work.rec, params, alone, sum(alone.f), sum(alone.b))
 
     def recompute_ms(self, modules: tuple[int, ...]) -> float:
         """Forward time selective recompute of `modules` (indices) adds to the backward."""
@@ -135,29 +141,39 @@ class Block:
 
     def rescaled(self, fwd: float, bwd: float) -> Block:
         """This block with its compute components scaled: forward (and its recompute) by `fwd`, backward by `bwd`."""
-        def scale(v: tuple[float, ...], k: float) -> tuple[float, ...]:
-            return tuple(x * k if i in COMPUTE else x for i, x in enumerate(v))
+        def scale(w: Work) -> Work:
+            def by(v: tuple[float, ...], k: float) -> tuple[float, ...]:
+                return tuple(x * k if i in COMPUTE else x for i, x in enumerate(v))
 
-        w = self.work
-        return Block.of(Work(scale(w.f, fwd), scale(w.b, bwd), scale(w.w, bwd), tuple(x * fwd for x in w.rec)),
-                        self.params)
+            return Work(by(w.f, fwd), by(w.b, bwd), by(w.w, bwd), tuple(x * fwd for x in w.rec))
+
+        return Block.of(scale(self.work), self.params, scale(self.solo))
+
+
+def _works(ctx: Ctx, last_moe: bool, piped: bool) -> tuple[tuple[Work, Weights], ...]:
+    """Each block's (work, weights) in context `ctx` (`_blocks`)."""
+    a = ctx.shape
+    dense_p, moe_p, emb_p, head_p = block_weights(a, ctx.tp, ctx.etp, ctx.ep, piped, ctx.seq)
+    dense = transformer_layer(ctx, False, dense_p)
+    moe = transformer_layer(ctx, True, moe_p) if a.experts else dense
+    head = output_head(ctx)
+    if a.mtp_layers:
+        head = head + mtp_module(ctx, last_moe, moe_p if last_moe else dense_p).scaled(a.mtp_layers)
+    return (dense, dense_p), (moe, moe_p if a.experts else dense_p), (embedding(ctx), emb_p), (head, head_p)
 
 
 @lru_cache(maxsize=4096)
 def _blocks(ctx: Ctx, last_moe: bool, piped: bool) -> tuple[Block, Block, Block, Block]:
-    a = ctx.shape
-    dense_p, moe_p, emb_p, head_p = block_weights(a, ctx.tp, ctx.etp, ctx.ep, piped, ctx.seq)
-    dense = Block.of(transformer_layer(ctx, False, dense_p), dense_p)
-    moe = Block.of(transformer_layer(ctx, True, moe_p), moe_p) if a.experts else dense
-    head = output_head(ctx)
-    if a.mtp_layers:
-        head = head + mtp_module(ctx, last_moe, moe_p if last_moe else dense_p).scaled(a.mtp_layers)
-    return dense, moe, Block.of(embedding(ctx), emb_p), Block.of(head, head_p)
+    paired = _works(ctx, last_moe, piped)
+    solo = _works(replace(ctx, ep_overlap=False), last_moe, piped) if ctx.ep_overlap else paired
+    dense, moe, emb, head = (Block.of(work, params, alone) for (work, params), (alone, _) in zip(paired, solo))
+    return dense, moe, emb, head
 
 
 def blocks(ctx: Ctx, piped: bool) -> tuple[Block, Block, Block, Block]:
     """(dense layer, MoE layer, embedding, output head + MTP modules) of one micro-batch on one rank,
-    with or without pipeline parallelism (`piped`: the tied output copy on the last stage)."""
+    with or without pipeline parallelism (`piped`: the tied output copy on the last stage); under the EP
+    overlap each also timed solo, without a combined-1F1B partner (`Block.solo`)."""
     return _blocks(ctx, ctx.shape.mtp_is_moe, piped)
 
 
@@ -175,12 +191,13 @@ class Pipeline:
     V: int
     sharding: Sharding
     grad_overlap: bool  # overlap_grad_reduce
+    paired: bool  # overlap_moe_expert_parallel_comm: Megatron's combined 1F1B (solo warm-up, cool-down: schedule.py)
 
     @classmethod
     def of(cls, facts: LayoutFacts, cfg: EffectiveConfig) -> Pipeline:
         schedule, p, v = cfg.pp_schedule, cfg.pp, facts.vpp
         return cls(facts.dp_or_1, facts.edp_or_1, facts.microbatches_or_1, schedule, p, v,
-                   virtual_stages(schedule, p, v), facts.sharding, facts.overlaps.grad_reduce)
+                   virtual_stages(schedule, p, v), facts.sharding, facts.overlaps.grad_reduce, facts.overlaps.ep)
 
 
 def recompute_indices(facts: LayoutFacts) -> tuple[int, ...]:

@@ -8,6 +8,15 @@ the previous virtual stage's forward (plus the p2p transfer), a backward for the
 backward; a rank runs its ops in order. Bubbles, uneven stages and the head/tail imbalance all fall
 out of the timeline.
 
+Under overlap_moe_expert_parallel_comm (`paired`) Megatron's combined 1F1B runs each steady-state
+forward beside a backward, so their layers' EP exchanges hide behind each other (`layers._ep_overlap`);
+the warm-up forwards and cool-down backwards have no partner and run solo (FS, BS: their own durations,
+the exchanges exposed). megatron-core schedules.py `get_pp_rank_microbatches` (@ d48bd6be0a) schedules
+one warm-up micro-batch more with the overlap: 2(p-r-1) + (v-1)·p + 1 solo forwards on rank r, and as
+many solo backwards at the end; combined_1f1b.py `combined_1f1b_schedule_for_no_pipelining` runs the
+first forward and the last backward alone. The op order is kept as without the overlap: the extra
+warm-up forward is the first steady-state forward counted solo, its backward the last steady-state one.
+
 For speed the op order of a (schedule, p, v, m) is compiled once into a flat topological program;
 beyond 3p micro-batches the end times are extrapolated linearly from runs at 2p and 3p (the steady
 state adds the same time per group of p micro-batches).
@@ -24,6 +33,8 @@ import numpy as np
 from ..cancel import checkpoint
 
 F, B, W = 0, 1, 2
+FS, BS = 3, 4  # a forward and a backward without a combined-1F1B partner (`paired` schedules)
+BASE_KIND = (F, B, W, F, B)  # what each kind waits on and stands for: FS a forward, BS a backward
 SPLIT_BACKWARD = ("zb", "zbv")  # schedules that run W as its own op
 ARRAY_ROWS = 16  # layouts from which a shared timeline runs over arrays (measured: benchmarks/array_oracle.py)
 
@@ -36,8 +47,9 @@ def _one_f_one_b(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
     return ops + [(B, r, i) for i in range(m - warm, m)]
 
 
-def _interleaved(p: int, v: int, r: int, m: int) -> list[tuple[int, int, int]]:
-    """Megatron's interleaved 1F1B: micro-batches in groups of p, chunk by chunk."""
+def _interleaved(p: int, v: int, r: int, m: int, paired: bool = False) -> list[tuple[int, int, int]]:
+    """Megatron's interleaved 1F1B: micro-batches in groups of p, chunk by chunk; `paired` (the EP overlap's
+    combined 1F1B): the first `warm` + 1 forwards and the last `warm` + 1 backwards solo (module doc)."""
     fwd, bwd = [], []
     for start in range(0, m, p):
         group = range(start, min(start + p, m))
@@ -45,11 +57,14 @@ def _interleaved(p: int, v: int, r: int, m: int) -> list[tuple[int, int, int]]:
         bwd += [(c, mb) for c in reversed(range(v)) for mb in group]
     total = m * v
     warm = total if m <= p else min(total, 2 * (p - r - 1) + (v - 1) * p)
-    ops = [(F, c * p + r, mb) for c, mb in fwd[:warm]]
+    solo = min(total, warm + 1) if paired else 0
+    f_kind = [FS if i < solo else F for i in range(total)]
+    b_kind = [BS if i >= total - solo else B for i in range(total)]
+    ops = [(f_kind[i], c * p + r, mb) for i, (c, mb) in enumerate(fwd[:warm])]
     for i in range(total - warm):
         (cf, mf), (cb, mb) = fwd[warm + i], bwd[i]
-        ops += [(F, cf * p + r, mf), (B, cb * p + r, mb)]
-    return ops + [(B, c * p + r, mb) for c, mb in bwd[total - warm:]]
+        ops += [(f_kind[warm + i], cf * p + r, mf), (b_kind[i], cb * p + r, mb)]
+    return ops + [(b_kind[i], c * p + r, mb) for i, (c, mb) in enumerate(bwd) if i >= total - warm]
 
 
 def _zb_h1(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
@@ -115,25 +130,27 @@ def rank_of(schedule: str, p: int, vs: int) -> int:
     return vs % p
 
 
-def rank_orders(schedule: str, p: int, v: int, m: int) -> list[list[tuple[int, int, int]]]:
-    """(kind, virtual stage, micro-batch) ops of every rank, in issue order."""
+def rank_orders(schedule: str, p: int, v: int, m: int, paired: bool = False) -> list[list[tuple[int, int, int]]]:
+    """(kind, virtual stage, micro-batch) ops of every rank, in issue order; `paired`: the EP overlap's solo
+    forwards and backwards marked FS, BS (interleaved 1F1B, the only pipelined schedule Megatron runs the
+    overlap in)."""
     if schedule == "zb":
         return [_zb_h1(p, r, m) for r in range(p)]
     if schedule == "zbv":
         return [_zbv(p, r, m) for r in range(p)]
     if v > 1:
-        return [_interleaved(p, v, r, m) for r in range(p)]
+        return [_interleaved(p, v, r, m, paired) for r in range(p)]
     return [_one_f_one_b(p, r, m) for r in range(p)]
 
 
 @lru_cache(maxsize=1024)
-def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ...]:
+def _program(schedule: str, p: int, v: int, m: int, paired: bool = False) -> tuple[tuple[int, ...], ...]:
     """Topologically ordered ops as parallel tuples (rank, duration index, dependency, edge index).
 
-    Duration index = kind·V + vs; the edge index picks the p2p time of a stage boundary (V-1 means
-    none: same rank or no dependency)."""
+    Duration index = kind·V + vs (a solo FS or BS its own, `timeline_inputs`); the edge index picks the p2p
+    time of a stage boundary (V-1 means none: same rank or no dependency)."""
     V = virtual_stages(schedule, p, v)
-    orders = rank_orders(schedule, p, v, m)
+    orders = rank_orders(schedule, p, v, m, paired)
     placed: dict[tuple[int, int, int], int] = {}
     ranks: list[int] = []
     durs: list[int] = []
@@ -147,7 +164,9 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ..
         for r in range(p):
             order = orders[r]
             while ptr[r] < len(order):
-                kind, vs, mb = op = order[ptr[r]]
+                dur_kind, vs, mb = order[ptr[r]]
+                kind = BASE_KIND[dur_kind]
+                op = (kind, vs, mb)
                 if kind == F:
                     dep, edge = ((F, vs - 1, mb), vs - 1) if vs else (None, V - 1)
                 elif kind == B:
@@ -160,7 +179,7 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ..
                     edge = V - 1
                 placed[op] = len(ranks)
                 ranks.append(r)
-                durs.append(kind * V + vs)
+                durs.append(dur_kind * V + vs)
                 deps.append(-1 if dep is None else placed[dep])
                 edges.append(edge)
                 ptr[r] += 1
@@ -172,13 +191,13 @@ def _program(schedule: str, p: int, v: int, m: int) -> tuple[tuple[int, ...], ..
 
 
 def _run(schedule: str, p: int, v: int, m: int, durations: Any, edges: Any,
-         maximum: Callable[[Any, Any], Any] | None = None) -> list:
+         maximum: Callable[[Any, Any], Any] | None = None, paired: bool = False) -> list:
     """Each rank's finish time: an op starts when its rank is free and its dependency has arrived.
 
     Written once for plain numbers (`maximum` None: the comparison inline, the hot loop of a search) and
     for a batch of layouts sharing the program (`durations`, `edges` rows of numpy arrays, one element
     per layout; `maximum` = np.maximum)."""
-    ranks, dur_idx, deps, edge_idx = _program(schedule, p, v, m)
+    ranks, dur_idx, deps, edge_idx = _program(schedule, p, v, m, paired)
     fin: list = [0.0] * len(ranks)
     free: list = [0.0] * p
     for i, (r, d, dep, e) in enumerate(zip(ranks, dur_idx, deps, edge_idx)):
@@ -196,61 +215,70 @@ def _run(schedule: str, p: int, v: int, m: int, durations: Any, edges: Any,
 
 
 def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w: tuple[float, ...],
-                    p2p: tuple[float, ...]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+                    p2p: tuple[float, ...], solo: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+                    ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(durations by duration index, p2p time by edge index) of a layout's ops (`_program`; numbers, or numpy
     arrays with one element per layout): schedules without a separate W run it inside B (b + 0.0 is b where
-    a stage has no W)."""
-    if schedule not in SPLIT_BACKWARD:
-        b, w = tuple(x + y for x, y in zip(b, w)), (0.0,) * len(w)
-    return f + b + w, p2p + (0.0,)
+    a stage has no W); `solo`: the (F, B) of a stage's solo FS and BS ops, which only a `paired` program has."""
+    folded = schedule not in SPLIT_BACKWARD
+    durations = f + (tuple(x + y for x, y in zip(b, w)) + (0.0,) * len(w) if folded else b + w)
+    if solo is None:
+        return durations, p2p + (0.0,)
+    fs, bs = solo
+    return durations + fs + (tuple(x + y for x, y in zip(bs, w)) if folded else bs), p2p + (0.0,)
 
 
 def rank_work(schedule: str, p: int, v: int, durations: Sequence[float]) -> tuple[float, ...]:
-    """Each rank's work per micro-batch (ms): the durations (`timeline_inputs`' first part) of the F, B and W of the
-    virtual stages it runs."""
+    """Each rank's work per steady-state micro-batch (ms): the durations (`timeline_inputs`' first part) of the F, B
+    and W of the virtual stages it runs (a `paired` program's solo ops, past them, run only in warm-up and
+    cool-down)."""
     V = virtual_stages(schedule, p, v)
     work = [0.0] * p
-    for i, d in enumerate(durations):
+    for i, d in enumerate(durations[:3 * V]):
         work[rank_of(schedule, p, i % V)] += d
     return tuple(work)
 
 
 def rank_end_times_batch(schedule: str, p: int, v: int, m: int,
-                         inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]]) -> list[tuple[float, ...]]:
+                         inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]], paired: bool = False
+                         ) -> list[tuple[float, ...]]:
     """`rank_end_times` of many layouts with one program (m <= 3p micro-batches; `inputs`: each one's
     `timeline_inputs`): `rank_end_times_arrays`."""
     durations = np.array([d for d, _ in inputs]).T
     edges = np.array([e for _, e in inputs]).T
-    return [tuple(row) for row in rank_end_times_arrays(schedule, p, v, m, durations, edges).T.tolist()]
+    return [tuple(row) for row in rank_end_times_arrays(schedule, p, v, m, durations, edges, paired).T.tolist()]
 
 
-def rank_end_times_arrays(schedule: str, p: int, v: int, m: int, durations: np.ndarray, edges: np.ndarray
-                          ) -> np.ndarray:
+def rank_end_times_arrays(schedule: str, p: int, v: int, m: int, durations: np.ndarray, edges: np.ndarray,
+                          paired: bool = False) -> np.ndarray:
     """Each rank's end (rows) of each layout (columns) with one program (m <= 3p micro-batches; `durations`,
-    `edges`: the layouts' `timeline_inputs` as columns), run once over arrays; fewer than ARRAY_ROWS layouts
-    run one by one on plain numbers (numpy's cost per operation exceeds the arithmetic on a few)."""
+    `edges`: the layouts' `timeline_inputs` as columns; `paired`: the EP overlap's, module doc), run once over
+    arrays; fewer than ARRAY_ROWS layouts run one by one on plain numbers (numpy's cost per operation exceeds
+    the arithmetic on a few)."""
     n = durations.shape[1]
     if n < ARRAY_ROWS:
-        return np.array([_run(schedule, p, v, m, d, e) for d, e in zip(durations.T.tolist(), edges.T.tolist())]
-                        ).reshape(n, p).T
+        return np.array([_run(schedule, p, v, m, d, e, paired=paired)
+                         for d, e in zip(durations.T.tolist(), edges.T.tolist())]).reshape(n, p).T
     ends = np.empty((p, n))
-    for r, x in enumerate(_run(schedule, p, v, m, durations, edges, np.maximum)):
+    for r, x in enumerate(_run(schedule, p, v, m, durations, edges, np.maximum, paired)):
         ends[r] = x
     return ends
 
 
 def rank_end_times_many(schedule: str, p: int, v: int, m: int,
-                        inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]]) -> list[tuple[float, ...]]:
+                        inputs: Sequence[tuple[tuple[float, ...], tuple[float, ...]]], paired: bool = False
+                        ) -> list[tuple[float, ...]]:
     """`rank_end_times` of many layouts with one program, any m (`inputs`: each one's `timeline_inputs`): the
     distinct inputs run together (`rank_end_times_batch`); beyond 3p micro-batches the ends of 2p (lo) and
-    3p (hi) are extrapolated (`extrapolated`: the timeline's steady state repeats per p micro-batches). The same
-    operations on each layout as on one, so a batch agrees to the last bit."""
+    3p (hi) are extrapolated (`extrapolated`: the timeline's steady state repeats per p micro-batches; the solo
+    warm-up and cool-down ops of a `paired` program are the same at 2p and 3p). The same operations on each
+    layout as on one, so a batch agrees to the last bit."""
     unique = list(dict.fromkeys(inputs))
     if m <= 3 * p:
-        ends = rank_end_times_batch(schedule, p, v, m, unique)
+        ends = rank_end_times_batch(schedule, p, v, m, unique, paired)
     else:
-        lows = rank_end_times_batch(schedule, p, v, 2 * p, unique)
-        highs = rank_end_times_batch(schedule, p, v, 3 * p, unique)
+        lows = rank_end_times_batch(schedule, p, v, 2 * p, unique, paired)
+        highs = rank_end_times_batch(schedule, p, v, 3 * p, unique, paired)
         ends = [tuple(float(extrapolated(a, z, m, p, work)) for a, z, work in zip(lo, hi, rank_work(schedule, p, v, d)))
                 for lo, hi, (d, _) in zip(lows, highs, unique)]
     by_input = dict(zip(unique, ends))
@@ -268,10 +296,13 @@ def extrapolated(lo: Any, hi: Any, m: Any, p: int, busy: Any) -> Any:
 
 @lru_cache(maxsize=8192)
 def rank_end_times(schedule: str, p: int, v: int, m: int, f: tuple[float, ...], b: tuple[float, ...],
-                   w: tuple[float, ...], p2p: tuple[float, ...]) -> tuple[float, ...]:
+                   w: tuple[float, ...], p2p: tuple[float, ...],
+                   solo: tuple[tuple[float, ...], tuple[float, ...]] | None = None) -> tuple[float, ...]:
     """When each pipeline rank finishes its last op of the iteration (ms): a batch of one
     (`rank_end_times_many`).
 
     f, b, w: per virtual stage durations (for schedules without a separate W, pass W folded into b
-    and zeros in w); p2p: transfer time across each of the V-1 stage boundaries."""
-    return rank_end_times_many(schedule, p, v, m, [timeline_inputs(schedule, f, b, w, p2p)])[0]
+    and zeros in w); p2p: transfer time across each of the V-1 stage boundaries; `solo`: the EP overlap's
+    (F, B) of the ops without a combined-1F1B partner (module doc), None without the overlap."""
+    inputs = timeline_inputs(schedule, f, b, w, p2p, solo)
+    return rank_end_times_many(schedule, p, v, m, [inputs], solo is not None)[0]

@@ -142,17 +142,17 @@ def _slowest_ranks(xs: Sequence[_Prepared], world: int) -> _Slowest:
     bit."""
     shapes: dict[tuple, list[int]] = {}
     for i, x in enumerate(xs):
-        shapes.setdefault((x.pl.schedule, x.pl.p, x.pl.v), []).append(i)
+        shapes.setdefault((x.pl.schedule, x.pl.p, x.pl.v, x.pl.paired), []).append(i)
     out = np.empty((5, len(xs)))
     todo = [_Shape.of([xs[i] for i in rows], world) for rows in shapes.values()]
-    timelines: dict[tuple[str, int, int, int], list[tuple[_Shape, np.ndarray]]] = {}
+    timelines: dict[tuple[str, int, int, bool, int], list[tuple[_Shape, np.ndarray]]] = {}
     for shape in todo:
         for m, us in shape.timelines():
-            timelines.setdefault((shape.schedule, shape.p, shape.v, m), []).append((shape, us))
-    for (schedule, p, v, m), jobs in timelines.items():
+            timelines.setdefault((shape.schedule, shape.p, shape.v, shape.paired, m), []).append((shape, us))
+    for (schedule, p, v, paired, m), jobs in timelines.items():
         durations = np.concatenate([shape.durations[:, us] for shape, us in jobs], axis=1)
         edges = np.concatenate([shape.edges[:, us] for shape, us in jobs], axis=1)
-        ends = rank_end_times_arrays(schedule, p, v, m, durations, edges)
+        ends = rank_end_times_arrays(schedule, p, v, m, durations, edges, paired)
         at = 0
         for shape, us in jobs:
             shape.ends[m] = np.zeros((p, shape.columns))
@@ -164,20 +164,25 @@ def _slowest_ranks(xs: Sequence[_Prepared], world: int) -> _Slowest:
 
 
 class _Shape:
-    """Layouts with one program shape (schedule, PP, VPP): the per-stage F, B, W and per-rank sums of their
-    distinct (blocks, stage plan, recompute modules) (columns), and what each layout adds (DP, optimizer)."""
+    """Layouts with one program shape (schedule, PP, VPP, EP overlap's pairing): the per-stage F, B, W (and the
+    solo F, B of the ops without a combined-1F1B partner, `schedule.py`) and per-rank sums of their distinct
+    (blocks, stage plan, recompute modules) (columns), and what each layout adds (DP, optimizer)."""
 
     def __init__(self, xs: Sequence[_Prepared], world: int, reps: list[_Prepared], which: np.ndarray) -> None:
         x = xs[0]
         self.xs, self.which, self.reps, self.columns = xs, which, reps, len(reps)
-        self.schedule, self.p, self.v, self.V = x.pl.schedule, x.pl.p, x.pl.v, x.pl.V
+        self.schedule, self.p, self.v, self.V, self.paired = x.pl.schedule, x.pl.p, x.pl.v, x.pl.V, x.pl.paired
         ranks = np.array(rank_chunks(self.schedule, self.p, self.V))  # the stages of each rank (rows)
-        # per block (rows): each column's F, B with its recompute, W, dense weights and expert weights
-        table = np.array([[(b.f, b.b + b.recompute_ms(y.modules), b.w, *b.params) for b in y.parts] for y in reps]
-                         ).transpose(1, 2, 0)
+        # per block (rows): each column's F, B with its recompute, W, dense weights, expert weights, and solo F, B
+        table = np.array([[(b.f, b.b + rec, b.w, *b.params, b.fs, b.bs + rec)
+                           for b in y.parts for rec in (b.recompute_ms(y.modules),)] for y in reps]).transpose(1, 2, 0)
         counts = np.array([stage_counts(y.stages) for y in reps]).transpose(1, 2, 0)  # (count, stage, column)
         f, b, w = pass_times(counts, table[:, 0], table[:, 1], table[:, 2])
         self.f, self.b, self.w = tuple(f), tuple(b), tuple(w)
+        self.fs, self.bs = self.f, self.b  # without the EP overlap no pass runs solo
+        if self.paired:
+            fs, bs, _ = pass_times(counts, table[:, 5], table[:, 6], table[:, 2])
+            self.fs, self.bs = tuple(fs), tuple(bs)
         mine = ranks.T  # per position on a rank: each rank's stage there
         self.fwd = ordered_sum(f[mine])  # (rank, column): each rank's stages' F, summed position by position
         self.bwd = ordered_sum((b + w)[mine])
@@ -192,7 +197,8 @@ class _Shape:
                 if (id(y.ctx), id(y.pl)) not in p2p_of:
                     p2p_of[id(y.ctx), id(y.pl)] = p2p_times(y.ctx, y.cfg, world, y.pl)
             p2p = np.array([p2p_of[id(y.ctx), id(y.pl)] for y in reps]).T
-            durations, edges = timeline_inputs(self.schedule, self.f, self.b, self.w, tuple(p2p))
+            solo = (self.fs, self.bs) if self.paired else None
+            durations, edges = timeline_inputs(self.schedule, self.f, self.b, self.w, tuple(p2p), solo)
             self.durations, self.edges = np.empty((len(durations), len(reps))), np.empty((len(edges), len(reps)))
             for into, rows in ((self.durations, durations), (self.edges, edges)):
                 for i, row in enumerate(rows):
@@ -226,10 +232,14 @@ class _Shape:
 
     def rank_ends(self) -> np.ndarray:
         """When each rank (rows) of each layout (columns) finishes its micro-batches (ms): the timelines, or
-        plain back-to-back work without PP."""
+        plain back-to-back work without PP, where the EP overlap's first forward and last backward run solo
+        (combined_1f1b.py `combined_1f1b_schedule_for_no_pipelining`)."""
         p, m, which = self.p, self.m, self.which
         if p == 1:
-            return (m * (sum(self.f) + sum(self.b) + sum(self.w))[which])[None, :]
+            ends = m * (sum(self.f) + sum(self.b) + sum(self.w))[which]
+            if self.paired:
+                ends = ends + (sum(self.fs) - sum(self.f) + sum(self.bs) - sum(self.b))[which]
+            return ends[None, :]
         ends = np.empty((p, len(m)))
         big = m > 3 * p
         for k in np.unique(m[~big]).tolist():
