@@ -102,7 +102,7 @@ def test_sweep_prunes_yet_matches_brute_force_on_a_mixtral_slice(monkeypatch):
     ~5k points) the bound skips most points, and the top-k still equals scoring every fitting one."""
     w, c = example("mixtral")
     layouts = [x for x in enumerate_layouts(w, c) if x["tp"] == 1 and x["pp"] == 4 and x["cp"] <= 2]
-    monkeypatch.setattr(sweep_module, "enumerate_layouts", lambda *_: iter(layouts))
+    monkeypatch.setattr(sweep_module, "candidate_layouts", lambda *_: iter(layouts))
     result = sweep(w, c, top_k=5, jobs=1)
     m = menu(w, c)
     points = [t for x in layouts for t in knob_points(*layout_knobs(w, x, m))]

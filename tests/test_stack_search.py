@@ -75,7 +75,7 @@ def test_an_h100_cluster_offers_no_rocm_only_knob(monkeypatch):
     points = _points(w, c)
     assert points and not [t for t in points if _rocm_only(t)]
     assert any(t.moe_token_dispatcher_type == "flex" for t in points)  # NVIDIA's DeepEP path is searched
-    monkeypatch.setattr(sweep_module, "enumerate_layouts", lambda *_: iter(layouts))
+    monkeypatch.setattr(sweep_module, "candidate_layouts", lambda *_: iter(layouts))
     winner = TrialConfig(**{k: v for k, v in sweep(w, c, top_k=1, jobs=1).top[0].config.items()
                             if k in TrialConfig.model_fields})
     assert not _rocm_only(winner)
@@ -93,7 +93,7 @@ def test_an_mi355x_primus_cluster_offers_no_nvidia_only_knob(monkeypatch):
     layouts = _slice(w, c)
     points = _points(w, c)
     assert points and not [t for t in points if _nvidia_only(t)]
-    monkeypatch.setattr(sweep_module, "enumerate_layouts", lambda *_: iter(layouts))
+    monkeypatch.setattr(sweep_module, "candidate_layouts", lambda *_: iter(layouts))
     cfg = sweep(w, c, top_k=1, jobs=1).top[0].config
     assert not _nvidia_only(TrialConfig(**{k: v for k, v in cfg.items() if k in TrialConfig.model_fields}))
     flex = evaluate_memory_only(w, c, TrialConfig(moe_token_dispatcher_type="flex"))

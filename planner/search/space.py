@@ -220,11 +220,17 @@ def layout_knobs(workload: Workload, layout: dict, m: Menu) -> tuple[dict, Menu,
 
 def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict]:
     """Yield every legal parallel layout (the axes before the feature knobs) with at least one legal
-    feature-knob point, in a fixed order: TP, PP, then the grids that fill the world (`_grids`), then the
+    feature-knob point, in a fixed order (`candidate_layouts`' that `has_points`)."""
+    m = menu(workload, cluster)
+    return (x for x in candidate_layouts(workload, cluster, m) if has_points(workload, cluster, x, m))
+
+
+def candidate_layouts(workload: Workload, cluster: ClusterSpec, m: Menu) -> Iterator[dict]:
+    """Yield every parallel layout the search's rules allow, before the legality checks (`has_points`; the sweep
+    runs those in its workers), in a fixed order: TP, PP, then the grids that fill the world (`_grids`), then the
     micro-batch size, VPP, schedule and split that run them (`_pipelines`)."""
     model, t = workload.model, workload.training
     axes = search_axes(workload, cluster)
-    m = menu(workload, cluster)
     for tp, pp in product(axes.tp, axes.pp):
         splits = {v: _splits(model.num_layers, model.mtp_num_layers, pp, v, cluster.search.fix)
                   for v in axes.vpp if v == 1 or pp > 1}
@@ -232,9 +238,13 @@ def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict
             for mbs, vpp, schedule, split in _pipelines(axes, t.global_batch_size, dp, pp, splits):
                 layout = dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, mbs=mbs, vpp=vpp, pp_schedule=schedule,
                               **split_knobs(split))
-                if (_rules_allow(m.rules, layout) and _layout_legal(workload, cluster, layout, m)
-                        and knob_count(*layout_knobs(workload, layout, m))):
+                if _rules_allow(m.rules, layout):
                     yield layout
+
+
+def has_points(workload: Workload, cluster: ClusterSpec, layout: dict, m: Menu) -> bool:
+    """Whether a candidate layout is legal and has at least one legal feature-knob point."""
+    return _layout_legal(workload, cluster, layout, m) and bool(knob_count(*layout_knobs(workload, layout, m)))
 
 
 def _grids(model: ModelArch, cluster: ClusterSpec, axes: LegalAxes, tp: int, pp: int

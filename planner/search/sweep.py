@@ -7,7 +7,8 @@ below the k-th best it has scored so far, since none of its points can then ente
 layout it does score, each point gets the memory pre-filter, then the same test with the bound of its
 group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode) where
 the group has two or more fitting points (a group's bound costs about one simulation), and is simulated only
-if it passes. The result equals scoring every fitting point, ties broken by config key.
+if it passes. The result equals scoring every fitting point, ties broken by config key. The layouts' legality
+is checked where they are bounded, in the workers (`space.candidate_layouts`, `space.has_points`).
 
 A worker takes the layouts in blocks (1, 2, 4, ... up to `SCORE_BLOCK`, best bounds first: small blocks fill
 its top-k early) and runs each step over the whole block at once (issue 26): the layout test against the
@@ -54,7 +55,8 @@ from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Work
 from .space import (
     base_config,
     bound_variants,
-    enumerate_layouts,
+    candidate_layouts,
+    has_points,
     knob_points,
     layout_knobs,
     menu,
@@ -100,12 +102,14 @@ def _knobs(layout: dict) -> tuple:
     return layout_knobs(_CTX["workload"], layout, _CTX["menu"])
 
 
-def _layout_bounds(layouts: list[dict]) -> list[float]:
-    """Upper bound on the tokens/s/GPU of every point of each of `layouts`, computed together (the
-    timelines of layouts with one pipeline shape run over arrays, `iteration_bounds`)."""
-    workload = _CTX["workload"]
+def _layout_bounds(candidates: list[dict]) -> list[tuple[dict, float]]:
+    """The legal layouts of `candidates` (`space.has_points`), each with an upper bound on the tokens/s/GPU of
+    every point of it, computed together (the timelines of layouts with one pipeline shape run over arrays,
+    `iteration_bounds`)."""
+    workload, cluster, m = _CTX["workload"], _CTX["cluster"], _CTX["menu"]
+    layouts = [x for x in candidates if has_points(workload, cluster, x, m)]
     cfgs = [workload.effective(next(knob_points(*_knobs(x)))) for x in layouts]
-    return _bound_tps(cfgs, any_knobs=True)
+    return list(zip(layouts, _bound_tps(cfgs, any_knobs=True)))
 
 
 def _bound_tps(cfgs: list[EffectiveConfig], *, any_knobs: bool) -> list[float]:
@@ -258,19 +262,19 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
     start = time.perf_counter()
     ranks = top_k + (KEEP if within > 0 else 0)
     _init(workload, cluster, ranks)
-    layouts = list(enumerate_layouts(workload, cluster))
-    chunks = [layouts[i:i + BLOCK] for i in range(0, len(layouts), BLOCK)]
-    jobs = max(1, min(jobs or os.cpu_count() or 1, len(_blocks(layouts)) or 1))
+    candidates = list(candidate_layouts(workload, cluster, _CTX["menu"]))
+    chunks = [candidates[i:i + BLOCK] for i in range(0, len(candidates), BLOCK)]
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(_blocks(candidates)) or 1))
     counts = [0, 0, 0, 0, 0]
     ranked: list[Ranked] = []
+    layouts: list[tuple[dict, float]] = []
 
-    def ranked_blocks(parts: Iterable[list[float]]) -> list[list[tuple[dict, float]]]:
-        """The layouts with their bounds (`parts`: each chunk's, in order), best bound first, in blocks."""
-        bounds: list[float] = []
+    def ranked_blocks(parts: Iterable[list[tuple[dict, float]]]) -> list[list[tuple[dict, float]]]:
+        """The legal layouts with their bounds (`parts`: each chunk's, in order), best bound first, in blocks."""
         for part in parts:
             checkpoint()  # a stopped caller ends the sweep between chunks of bounds
-            bounds += part
-        return _blocks(sorted(zip(layouts, bounds), key=lambda t: -t[1]))
+            layouts.extend(part)
+        return _blocks(sorted(layouts, key=lambda t: -t[1]))
 
     def absorb(parts: Iterable[tuple]) -> None:
         for part in parts:
