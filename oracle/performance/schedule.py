@@ -232,11 +232,14 @@ def rank_work(schedule: str, p: int, v: int, durations: Sequence[float]) -> tupl
     """Each rank's work per steady-state micro-batch (ms): the durations (`timeline_inputs`' first part) of the F, B
     and W of the virtual stages it runs (a `paired` program's solo ops, past them, run only in warm-up and
     cool-down)."""
+    return tuple(sum(durations[i] for i in mine) for mine in _rank_indices(schedule, p, v))
+
+
+@lru_cache(maxsize=1024)
+def _rank_indices(schedule: str, p: int, v: int) -> tuple[tuple[int, ...], ...]:
+    """Per rank, the duration indices (kind·V + stage) of its F, B and W."""
     V = virtual_stages(schedule, p, v)
-    work = [0.0] * p
-    for i, d in enumerate(durations[:3 * V]):
-        work[rank_of(schedule, p, i % V)] += d
-    return tuple(work)
+    return tuple(tuple(i for i in range(3 * V) if rank_of(schedule, p, i % V) == r) for r in range(p))
 
 
 def rank_end_times_batch(schedule: str, p: int, v: int, m: int,
