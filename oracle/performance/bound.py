@@ -26,6 +26,7 @@ from functools import lru_cache
 from itertools import product
 from typing import NamedTuple
 
+from ..identity_cache import by_identity
 from ..layout import DISPATCH_BACKENDS, layout_facts
 from ..model_shape import model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
@@ -33,6 +34,7 @@ from .calibration import Constants, constants
 from .context import Ctx
 from .pipeline import (
     Block,
+    Chunk,
     Pipeline,
     block_params,
     blocks,
@@ -116,13 +118,21 @@ def _parts(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts:
     """The fastest blocks' stage times and each rank's weights of one layout (module doc)."""
     facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
-    ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
-    if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
-        ctx = replace(ctx, fsdp=0, fsdp_expert=0)
+    # with any knobs FSDP is off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
+    ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts, fsdp=not any_knobs)
     parts = _fastest_blocks(ctx, pl.p > 1, variants) if any_knobs else blocks(ctx, pl.p > 1)
     stages = chunks(model, facts, recompute=False)  # recompute only adds work: the bound leaves it out
-    f, b, w = stage_times(stages, parts, ())
+    f, b, w = _stage_times(stages, parts)
     return _Parts(pl, ctx, cfg, f, b, w, rank_params(stages, block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V)))
+
+
+@by_identity(maxsize=16384)
+def _stage_times(stages: tuple[Chunk, ...], parts: tuple[Block, ...]
+                 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """`stage_times` of `parts` on `stages` without recompute, once per (stage plan, blocks) object pair (`chunks`
+    and the blocks return one object per plan and context; layouts that differ in their schedule or micro-batches
+    alone share them)."""
+    return stage_times(stages, parts, ())
 
 
 @lru_cache(maxsize=4096)

@@ -78,16 +78,20 @@ def chunks(model: ModelArch, facts: LayoutFacts, *, recompute: bool = True) -> t
     return _chunks(facts.chunks, model.moe_layer_pattern, facts.recompute if recompute else _NO_RECOMPUTE)
 
 
-def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, facts: LayoutFacts) -> Ctx:
+def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, facts: LayoutFacts, *,
+                  fsdp: bool = True) -> Ctx:
     """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute); DP, expert-DP,
-    SP and tokens per rank come from the layout facts, derived once (`oracle/layout.py`)."""
-    sharded = facts.sharding.weights  # gathered per layer: torch FSDP2, or Megatron-FSDP's optim_grads_params
+    SP and tokens per rank come from the layout facts, derived once (`oracle/layout.py`). `fsdp=False`: as
+    if the weights were not sharded per layer (the search's bound). Equal contexts are one object
+    (`_context`), so what a context derives (its GEMM backend, network, the caches keyed on it) is derived
+    once however many layouts share it."""
+    sharded = fsdp and facts.sharding.weights  # gathered per layer: torch FSDP2, or Megatron-FSDP's optim_grads_params
     dp, edp = facts.dp_or_1, facts.edp_or_1
     legacy = cfg.moe_grouped_gemm and cfg.moe_use_legacy_grouped_gemm
     # the legacy GroupedMLP runs one CUTLASS grouped GEMM on NVIDIA, and one hipBLASLt GEMM per local expert
     # on ROCm (Primus fd1eeab docs/04-technical-guides/moe-training.md: "legacy multi-stream grouped GEMM path")
     per_expert = not cfg.moe_grouped_gemm or (legacy and cluster.gpu.vendor == "amd")
-    return Ctx(
+    return _context(
         shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
         ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
@@ -98,6 +102,9 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
         fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg),
         gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node, c=c,
     )
+
+
+_context = lru_cache(maxsize=4096, typed=True)(Ctx)  # one object per distinct context (`layer_context`)
 
 
 @lru_cache(maxsize=4096)
@@ -269,10 +276,12 @@ def rank_chunks(schedule: str, p: int, V: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(k for k in range(V) if rank_of(schedule, p, k) == r) for r in range(p))
 
 
-@lru_cache(maxsize=4096)
+@by_identity(maxsize=4096)
 def rank_params(chunks: tuple[Chunk, ...], params: tuple[Weights, ...], ranks: tuple[tuple[int, ...], ...]
                 ) -> tuple[Weights, ...]:
-    """(dense-sharded, expert) weights of each rank, from each block's (`params`) and each rank's stages."""
+    """(dense-sharded, expert) weights of each rank, from each block's (`params`) and each rank's stages: once
+    per object triple (`chunks`, `block_params` and `rank_chunks` return one object per plan, blocks and
+    pipeline shape; hashing the stages and weights cost more than a search's hits saved)."""
     return tuple((stage_weights(chunks, [x[0] for x in params], mine),
                   stage_weights(chunks, [x[1] for x in params], mine)) for mine in ranks)
 
@@ -301,9 +310,16 @@ def ordered_sum(terms: np.ndarray) -> np.ndarray:
     return np.cumsum(terms, axis=0)[-1]
 
 
+@by_identity(maxsize=4096)
 def block_params(parts: tuple[Block, ...]) -> tuple[Weights, ...]:
-    """Each block's (dense-sharded, expert) weights."""
-    return tuple(x.params for x in parts)
+    """Each block's (dense-sharded, expert) weights: one object per distinct value (`rank_params` is keyed on it)."""
+    return _one_object(tuple(x.params for x in parts))
+
+
+@lru_cache(maxsize=4096)
+def _one_object(params: tuple[Weights, ...]) -> tuple[Weights, ...]:
+    """`params`, the first object met of its value."""
+    return params
 
 
 def rank_weights(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[Weights, ...]:
