@@ -37,6 +37,7 @@ from .pipeline import (
     Chunk,
     Pipeline,
     block_params,
+    block_weights,
     blocks,
     chunks,
     layer_context,
@@ -137,22 +138,26 @@ def _stage_times(stages: tuple[Chunk, ...], parts: tuple[Block, ...]
 
 @lru_cache(maxsize=4096)
 def _fastest_blocks(ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[Block, ...]:
-    """Per block, the least F, B and W over the `variants` of FP8, the dispatcher (allgather,
-    all-to-all, DeepEP) and the TP and EP overlaps (where they apply) in context `ctx`."""
+    """Per block, the least F, B and W over the `variants` in context `ctx` (`_fastest_times`) with the block's
+    weights, with or without PP (`piped`); no recompute, and no split by component (the bound is never broken
+    down)."""
+    weights = block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, piped, ctx.seq)
+    return tuple(Block(Work(), f, b, w, Work().rec, p) for (f, b, w), p in zip(_fastest_times(ctx, variants), weights))
+
+
+@lru_cache(maxsize=4096)
+def _fastest_times(ctx: Ctx, variants: KnobVariants) -> tuple[tuple[float, float, float], ...]:
+    """Per block, the least F, B and W over the `variants` of FP8, the dispatcher (allgather, all-to-all, DeepEP)
+    and the TP and EP overlaps (where they apply) in context `ctx`: the same with and without PP (which changes
+    the edge blocks' weights alone, `pipeline.block_weights`), so taken once for both."""
     fp8s = tuple(f for f in variants.fp8 if ctx.gpu.has_fp8 or not f) or (False,)
     dispatch = variants.dispatch if ctx.ep > 1 else (ctx.dispatch,)
     tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)
     ep_overlaps = variants.ep_overlap if ctx.ep > 1 else (False,)
-    every = [blocks(replace(ctx, fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), piped)
+    every = [blocks(replace(ctx, fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), False)
              for fp8, d, tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
-    return tuple(_fastest(versions) for versions in zip(*every))
-
-
-def _fastest(versions: tuple[Block, ...]) -> Block:
-    """The least F, B and W of one block over its versions (their weights are the same); no recompute, and
-    no split by component (the bound is never broken down)."""
-    return Block(Work(), min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions),
-                  Work().rec, versions[0].params)
+    return tuple((min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions))
+                 for versions in zip(*every))
 
 
 def extrapolation_bound(schedule: str, p: int, v: int, m: int, hi: tuple[float, ...], f: tuple[float, ...],
