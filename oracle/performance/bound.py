@@ -36,9 +36,9 @@ from .pipeline import (
     Block,
     Chunk,
     Pipeline,
-    block_params,
     block_weights,
     blocks,
+    chunk_times,
     chunks,
     layer_context,
     optimizer_ms,
@@ -46,10 +46,8 @@ from .pipeline import (
     pipeline_ends,
     rank_chunks,
     rank_params,
-    stage_times,
 )
 from .schedule import SPLIT_BACKWARD, W, rank_end_times_batch, rank_orders, timeline_inputs, virtual_stages
-from .work import Work
 
 ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
 
@@ -119,37 +117,39 @@ def _parts(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts:
     """The fastest blocks' stage times and each rank's weights of one layout (module doc)."""
     facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
-    # with any knobs FSDP is off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
+    # with any knobs FSDP is off; FP8, dispatcher and overlaps are tried in `_fastest_times`
     ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts, fsdp=not any_knobs)
-    parts = _fastest_blocks(ctx, pl.p > 1, variants) if any_knobs else blocks(ctx, pl.p > 1)
+    times = _fastest_times(ctx, variants) if any_knobs else _block_times(blocks(ctx, pl.p > 1))
     stages = chunks(model, facts, recompute=False)  # recompute only adds work: the bound leaves it out
-    f, b, w = _stage_times(stages, parts)
-    return _Parts(pl, ctx, cfg, f, b, w, rank_params(stages, block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V)))
+    f, b, w = _stage_times(stages, times)
+    weights = block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, pl.p > 1, ctx.seq)  # the blocks' (`pipeline._blocks`)
+    return _Parts(pl, ctx, cfg, f, b, w, rank_params(stages, weights, rank_chunks(pl.schedule, pl.p, pl.V)))
+
+
+Times = tuple[tuple[float, float, float], ...]  # per block (dense layer, MoE layer, embedding, head): F, B, W ms
 
 
 @by_identity(maxsize=16384)
-def _stage_times(stages: tuple[Chunk, ...], parts: tuple[Block, ...]
+def _stage_times(stages: tuple[Chunk, ...], times: Times
                  ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """`stage_times` of `parts` on `stages` without recompute, once per (stage plan, blocks) object pair (`chunks`
-    and the blocks return one object per plan and context; layouts that differ in their schedule or micro-batches
-    alone share them)."""
-    return stage_times(stages, parts, ())
+    """Per stage, the F, B and W ms of one micro-batch of blocks that take `times` (`chunk_times`, no recompute),
+    once per (stage plan, times) object pair (`chunks`, `_fastest_times` and `_block_times` return one object per
+    plan, context and blocks; layouts that differ in their schedule, micro-batches or PP alone share them)."""
+    f, b, w = zip(*times)
+    return chunk_times(stages, f, b, w)
+
+
+@by_identity(maxsize=4096)
+def _block_times(parts: tuple[Block, ...]) -> Times:
+    """Each block's F, B and W ms (`Times`), one object per blocks object."""
+    return tuple((x.f, x.b, x.w) for x in parts)
 
 
 @lru_cache(maxsize=4096)
-def _fastest_blocks(ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[Block, ...]:
-    """Per block, the least F, B and W over the `variants` in context `ctx` (`_fastest_times`) with the block's
-    weights, with or without PP (`piped`); no recompute, and no split by component (the bound is never broken
-    down)."""
-    weights = block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, piped, ctx.seq)
-    return tuple(Block(Work(), f, b, w, Work().rec, p) for (f, b, w), p in zip(_fastest_times(ctx, variants), weights))
-
-
-@lru_cache(maxsize=4096)
-def _fastest_times(ctx: Ctx, variants: KnobVariants) -> tuple[tuple[float, float, float], ...]:
+def _fastest_times(ctx: Ctx, variants: KnobVariants) -> Times:
     """Per block, the least F, B and W over the `variants` of FP8, the dispatcher (allgather, all-to-all, DeepEP)
-    and the TP and EP overlaps (where they apply) in context `ctx`: the same with and without PP (which changes
-    the edge blocks' weights alone, `pipeline.block_weights`), so taken once for both."""
+    and the TP and EP overlaps (where they apply) in context `ctx`, no recompute: the same with and without PP
+    (which changes the edge blocks' weights alone, `pipeline.block_weights`)."""
     fp8s = tuple(f for f in variants.fp8 if ctx.gpu.has_fp8 or not f) or (False,)
     dispatch = variants.dispatch if ctx.ep > 1 else (ctx.dispatch,)
     tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)

@@ -199,14 +199,6 @@ def _module_indices(modules: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(RECOMPUTE_MODULES.index(m) for m in modules)
 
 
-def stage_times(chunks: tuple[Chunk, ...], blocks: tuple[Block, ...], modules: tuple[int, ...]
-                ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch (`chunk_times` of the blocks'
-    per-pass totals, B with each block's selective recompute of `modules`)."""
-    return chunk_times(chunks, [x.f for x in blocks], [x.b + x.recompute_ms(modules) for x in blocks],
-                       [x.w for x in blocks])
-
-
 def chunk_times(chunks: tuple[Chunk, ...], f: Sequence[Any], b: Sequence[Any], w: Sequence[Any]
                 ) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
     """Per virtual stage, the F, B and W ms of one micro-batch from each block's (`f`, `b` with its selective
@@ -280,7 +272,7 @@ def rank_chunks(schedule: str, p: int, V: int) -> tuple[tuple[int, ...], ...]:
 def rank_params(chunks: tuple[Chunk, ...], params: tuple[Weights, ...], ranks: tuple[tuple[int, ...], ...]
                 ) -> tuple[Weights, ...]:
     """(dense-sharded, expert) weights of each rank, from each block's (`params`) and each rank's stages: once
-    per object triple (`chunks`, `block_params` and `rank_chunks` return one object per plan, blocks and
+    per object triple (`chunks`, `block_weights` and `rank_chunks` return one object per plan, sharding and
     pipeline shape; hashing the stages and weights cost more than a search's hits saved)."""
     return tuple((stage_weights(chunks, [x[0] for x in params], mine),
                   stage_weights(chunks, [x[1] for x in params], mine)) for mine in ranks)
@@ -310,26 +302,15 @@ def ordered_sum(terms: np.ndarray) -> np.ndarray:
     return np.cumsum(terms, axis=0)[-1]
 
 
-@by_identity(maxsize=4096)
-def block_params(parts: tuple[Block, ...]) -> tuple[Weights, ...]:
-    """Each block's (dense-sharded, expert) weights: one object per distinct value (`rank_params` is keyed on it)."""
-    return _one_object(tuple(x.params for x in parts))
-
-
-@lru_cache(maxsize=4096)
-def _one_object(params: tuple[Weights, ...]) -> tuple[Weights, ...]:
-    """`params`, the first object met of its value."""
-    return params
-
-
 def rank_weights(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[Weights, ...]:
-    """(dense-sharded, expert) weights each pipeline rank holds, through the same context, blocks and
-    stages `simulate` builds (its DP traffic and optimizer step read these)."""
+    """(dense-sharded, expert) weights each pipeline rank holds, through the same context, block weights
+    (`block_weights`, as `blocks` holds them) and stages `simulate` builds (its DP traffic and optimizer step
+    read these)."""
     facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
     ctx = layer_context(model_shape(model), cfg, cluster, constants(cluster.gpu), facts)
-    parts = blocks(ctx, pl.p > 1)
-    return rank_params(chunks(model, facts), block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V))
+    weights = block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, pl.p > 1, ctx.seq)
+    return rank_params(chunks(model, facts), weights, rank_chunks(pl.schedule, pl.p, pl.V))
 
 
 @lru_cache(maxsize=65536)
