@@ -153,8 +153,13 @@ class Block:
 def _blocks(ctx: Ctx, last_moe: bool, piped: bool) -> tuple[Block, Block, Block, Block]:
     a = ctx.shape
     dense_p, moe_p, emb_p, head_p = block_weights(a, ctx.tp, ctx.etp, ctx.ep, piped, ctx.seq)
-    dense = Block.of(transformer_layer(ctx, False, dense_p), dense_p)
-    moe = Block.of(transformer_layer(ctx, True, moe_p), moe_p) if a.experts else dense
+    if a.experts:
+        moe = Block.of(transformer_layer(ctx, True, moe_p), moe_p)
+        # A MoE model without dense layers (Mixtral; MTP modules repeat the last layer's kind) has no dense block
+        # to time: its slot holds the MoE block, which no stage counts (every `Chunk.dense` is 0): no sum moves.
+        dense = Block.of(transformer_layer(ctx, False, dense_p), dense_p) if 0 in a.pattern else moe
+    else:
+        dense = moe = Block.of(transformer_layer(ctx, False, dense_p), dense_p)
     head = output_head(ctx)
     if a.mtp_layers:
         head = head + mtp_module(ctx, last_moe, moe_p if last_moe else dense_p).scaled(a.mtp_layers)
