@@ -20,21 +20,10 @@ from paratune.oracle.identity_cache import by_identity
 from paratune.oracle.layout import RecomputePlan, layout_facts
 from paratune.oracle.memory import estimate_memory
 from paratune.oracle.model_shape import model_shape
-from paratune.oracle.performance import bound, schedule
+from paratune.oracle.performance import bound, pipeline, schedule
 from paratune.oracle.performance.calibration import constants
 from paratune.oracle.performance.layers import transformer_layer
-from paratune.oracle.performance.pipeline import (
-    Block,
-    Pipeline,
-    block_weights,
-    blocks,
-    chunk_times,
-    chunks,
-    layer_context,
-    rank_chunks,
-    recompute_indices,
-    stage_weights,
-)
+from paratune.oracle.performance.pipeline import Block, Pipeline, blocks, layer_context
 from paratune.oracle.specs import EffectiveConfig, TrialConfig
 from paratune.planner.search.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu
 
@@ -127,12 +116,12 @@ def test_identity_cache_calls_once_per_object_and_empties_when_full():
 def _stage_sums(model, facts, pl, parts, *, recompute: bool) -> tuple:
     """Per stage F, B (with the layout's selective recompute, or none) and W, and each rank's (dense, expert) weights,
     summed from `parts`' own times and weights: the plain definition."""
-    stages = chunks(model, facts, recompute=recompute)
-    modules = recompute_indices(facts) if recompute else ()
-    times = chunk_times(stages, [x.f for x in parts], [x.b + x.recompute_ms(modules) for x in parts],
+    stages = pipeline.chunks(model, facts, recompute=recompute)
+    modules = pipeline.recompute_indices(facts) if recompute else ()
+    times = pipeline.chunk_times(stages, [x.f for x in parts], [x.b + x.recompute_ms(modules) for x in parts],
                         [x.w for x in parts])
-    weights = tuple(tuple(stage_weights(stages, [x.params[k] for x in parts], mine) for k in (0, 1))
-                    for mine in rank_chunks(pl.schedule, pl.p, pl.V))
+    weights = tuple(tuple(pipeline.stage_weights(stages, [x.params[k] for x in parts], mine) for k in (0, 1))
+                    for mine in pipeline.rank_chunks(pl.schedule, pl.p, pl.V))
     return *times, weights
 
 
@@ -178,7 +167,7 @@ def test_a_model_without_dense_layers_leaves_its_dense_block_untimed():
         ctx = layer_context(model_shape(w.model), cfg, c, constants(c.gpu), facts)
         parts = blocks(ctx, pl.p > 1)
         assert parts[0] is parts[1]
-        dense = block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, pl.p > 1, ctx.seq)[0]
+        dense = pipeline.block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, pl.p > 1, ctx.seq)[0]
         real = (Block.of(transformer_layer(ctx, False, dense), dense), *parts[1:])
         assert real[0].f != parts[0].f  # the slot's times do differ: only the zero counts make the sums equal
         for recompute in (True, False):
