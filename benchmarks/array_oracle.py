@@ -30,7 +30,7 @@ from shipped import shipped  # noqa: E402
 from paratune.oracle.legality import validate  # noqa: E402
 from paratune.oracle.memory import estimate_memory  # noqa: E402
 from paratune.oracle.memory.estimate import estimate_memory_batch  # noqa: E402
-from paratune.oracle.performance import iteration_bound  # noqa: E402
+from paratune.oracle.performance import iteration_bound, schedule  # noqa: E402
 from paratune.oracle.performance.bound import iteration_bounds  # noqa: E402
 from paratune.oracle.performance.simulate import (  # noqa: E402
     simulated_tokens_per_s_per_gpu,
@@ -59,6 +59,7 @@ def batched(fn, model, cfgs, cluster) -> float:
 
 
 def bound_scalar(model, layouts, cluster, variants) -> float:
+    schedule._ENDS.clear()  # each run computes its own timelines (the other run's kept ends would all hit)
     start = time.perf_counter()
     for cfg in layouts:
         iteration_bound(model, cfg, cluster, variants=variants)
@@ -66,6 +67,7 @@ def bound_scalar(model, layouts, cluster, variants) -> float:
 
 
 def bound_batch(model, layouts, cluster, variants) -> float:
+    schedule._ENDS.clear()
     start = time.perf_counter()
     for i in range(0, len(layouts), BLOCK):
         iteration_bounds(model, layouts[i:i + BLOCK], cluster, variants=variants)

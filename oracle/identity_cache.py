@@ -15,11 +15,11 @@ FnT = TypeVar("FnT", bound=Callable[..., Any])
 
 
 def by_identity(maxsize: int = 512) -> Callable[[FnT], FnT]:
-    """Decorator: call `fn` (of one or two positional objects) once per argument object(s), by identity."""
+    """Decorator: call `fn` (of one or more positional objects) once per argument object(s), by identity."""
 
     def wrap(fn: FnT) -> FnT:
-        if fn.__code__.co_argcount not in (1, 2):
-            raise TypeError(f"{fn.__name__}: by_identity caches functions of one or two objects")
+        if fn.__code__.co_argcount < 1:
+            raise TypeError(f"{fn.__name__}: by_identity caches functions of one or more objects")
         cache: dict[Any, tuple[Any, Any]] = {}
 
         def miss(key: Any, objs: tuple[Any, ...]) -> Any:
@@ -34,11 +34,12 @@ def by_identity(maxsize: int = 512) -> Callable[[FnT], FnT]:
             def cached(obj: Any) -> Any:
                 hit = cache.get(id(obj))
                 return hit[1] if hit is not None else miss(id(obj), (obj,))
-        else:  # two arguments (checked above): a (model, cluster) pair
+        else:  # several arguments: a (model, cluster) pair, ...
 
-            def cached(a: Any, b: Any) -> Any:  # type: ignore[misc]
-                hit = cache.get((id(a), id(b)))
-                return hit[1] if hit is not None else miss((id(a), id(b)), (a, b))
+            def cached(*objs: Any) -> Any:  # type: ignore[misc]
+                key = tuple(map(id, objs))
+                hit = cache.get(key)
+                return hit[1] if hit is not None else miss(key, objs)
 
         cached.cache_clear = cache.clear  # type: ignore[attr-defined]
         return wraps(fn)(cached)  # type: ignore[return-value]

@@ -104,7 +104,8 @@ def test_batched_memory_equals_the_scalar_oracle_on_random_legal_layouts():
 def test_batched_layout_bounds_equal_the_scalar_bound(monkeypatch):
     """`iteration_bounds` (pipeline timelines of one shape run together over arrays) against
     `iteration_bound` layout by layout: over every feature knob (a layout's bound) and per point. Every
-    shared timeline of two or more layouts runs over arrays here (`ARRAY_ROWS` lowered from 16)."""
+    shared timeline of two or more layouts runs over arrays here (`ARRAY_ROWS` lowered from 16), and each side
+    computes its own (the kept timeline ends, `schedule._ENDS`, emptied before each)."""
     monkeypatch.setattr(schedule, "ARRAY_ROWS", 2)
     rng = random.Random(2026)
     for w_file, c_file, stack in CASES:
@@ -112,8 +113,10 @@ def test_batched_layout_bounds_equal_the_scalar_bound(monkeypatch):
         variants = bound_variants(menu(workload, cluster))
         cfgs = _random_points(workload, cluster, layouts, 150, rng, per_layout=1)
         for any_knobs in (True, False):
+            schedule._ENDS.clear()
             batch = iteration_bounds(workload.model, cfgs, cluster, any_knobs=any_knobs, variants=variants)
             for cfg, got in zip(cfgs, batch):
+                schedule._ENDS.clear()
                 one = iteration_bound(workload.model, cfg, cluster, any_knobs=any_knobs, variants=variants)
                 assert _close(got, one), (w_file, cfg.key, any_knobs)
 

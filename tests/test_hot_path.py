@@ -1,14 +1,18 @@
 """The oracle's shortcuts give exactly what the plain definitions give.
 
-Each shortcut exists for speed (benchmarks/oracle_speed.py): the key computed inside `resolve`, the
-plan cache keyed on saturated micro-batch counts, the pruning of covered pipeline GPUs and the
-identity caches. The reference in each test is the unshortened definition, evaluated here.
+Each shortcut exists for speed (benchmarks/oracle_speed.py, benchmarks/sweep_speed.py): the key computed inside
+`resolve`, the plan cache keyed on saturated micro-batch counts, the pruning of covered pipeline GPUs, the
+identity caches, the layout bound's shared parts, the kept timeline ends and the dense block a model without dense
+layers leaves untimed. The reference in each test is the unshortened definition, evaluated here.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import paratune.oracle.memory.inflight as inflight
@@ -16,8 +20,12 @@ from paratune.oracle.identity_cache import by_identity
 from paratune.oracle.layout import RecomputePlan, layout_facts
 from paratune.oracle.memory import estimate_memory
 from paratune.oracle.model_shape import model_shape
+from paratune.oracle.performance import bound, pipeline, schedule
+from paratune.oracle.performance.calibration import constants
+from paratune.oracle.performance.layers import transformer_layer
+from paratune.oracle.performance.pipeline import Block, Pipeline, blocks, layer_context
 from paratune.oracle.specs import EffectiveConfig, TrialConfig
-from paratune.planner.search.space import enumerate_layouts
+from paratune.planner.search.space import bound_variants, enumerate_layouts, knob_points, layout_knobs, menu
 
 from .conftest import example
 
@@ -103,3 +111,84 @@ def test_identity_cache_calls_once_per_object_and_empties_when_full():
     assert pair(z, x) == 3  # the cache was full: emptied, then filled again
     assert pair(x, z) == 4
     assert len(calls) == 4
+
+
+def _stage_sums(model, facts, pl, parts, *, recompute: bool) -> tuple:
+    """Per stage F, B (with the layout's selective recompute, or none) and W, and each rank's (dense, expert) weights,
+    summed from `parts`' own times and weights: the plain definition."""
+    stages = pipeline.chunks(model, facts, recompute=recompute)
+    modules = pipeline.recompute_indices(facts) if recompute else ()
+    times = pipeline.chunk_times(stages, [x.f for x in parts], [x.b + x.recompute_ms(modules) for x in parts],
+                        [x.w for x in parts])
+    weights = tuple(tuple(pipeline.stage_weights(stages, [x.params[k] for x in parts], mine) for k in (0, 1))
+                    for mine in pipeline.rank_chunks(pl.schedule, pl.p, pl.V))
+    return *times, weights
+
+
+@pytest.mark.parametrize("name", ["mixtral", "llama70b", "deepseek"])
+def test_layout_bound_parts_equal_their_unshortened_definition(name):
+    # `bound._parts` interns the context, takes the fastest blocks' times once per context for both PP cases,
+    # stage times once per (plan, times) and weights from `block_weights`. The plain definition: FSDP switched off
+    # on the layout's context, the blocks of every knob variant built with the layout's own PP, each block's least
+    # F, B and W over them with the first variant's weights, then the stage and rank sums of those blocks.
+    w, c = example(name)
+    variants = bound_variants(menu(w, c))
+    every = list(enumerate_layouts(w, c))
+    for layout in every[:: max(1, len(every) // 100)]:
+        cfg = w.effective(next(knob_points(*layout_knobs(w, layout, menu(w, c)))))
+        facts = layout_facts(w.model, cfg, c.world_size)
+        pl = Pipeline.of(facts, cfg)
+        ctx = replace(layer_context(model_shape(w.model), cfg, c, constants(c.gpu), facts), fsdp=0, fsdp_expert=0)
+        knobs = itertools.product(variants.fp8 if c.gpu.has_fp8 else (False,),
+                                  variants.dispatch if ctx.ep > 1 else (ctx.dispatch,),
+                                  variants.tp_overlap if ctx.tp > 1 else (False,),
+                                  variants.ep_overlap if ctx.ep > 1 else (False,))
+        versions = zip(*(blocks(replace(ctx, fp8=f8, dispatch=d, tp_overlap=t, ep_overlap=e), pl.p > 1)
+                         for f8, d, t, e in knobs))
+        fastest = [Block(x[0].work, min(y.f for y in x), min(y.b for y in x), min(y.w for y in x), x[0].rec,
+                         x[0].params, x[0].work, min(y.f for y in x), min(y.b for y in x)) for x in versions]
+        got = bound._parts(w.model, cfg, c, None, True, variants)
+        assert (got.f, got.b, got.w, got.weights) == _stage_sums(w.model, facts, pl, fastest, recompute=False)
+        alone = bound._parts(w.model, cfg, c, None, False, variants)  # a point's bound: its own blocks
+        plain = blocks(layer_context(model_shape(w.model), cfg, c, constants(c.gpu), facts), pl.p > 1)
+        assert (alone.f, alone.b, alone.w, alone.weights) == _stage_sums(w.model, facts, pl, plain, recompute=False)
+
+
+def test_a_model_without_dense_layers_leaves_its_dense_block_untimed():
+    # Mixtral (every layer MoE, no MTP): `blocks` puts the MoE block in the dense slot instead of timing a dense layer
+    # no stage holds; every stage sum (with each recompute mode) and every rank's weights are those with the real
+    # dense layer's block in the slot.
+    w, c = example("mixtral")
+    assert 0 not in w.model.moe_layer_pattern
+    for trial in sample(w, c, 40):
+        cfg = w.effective(trial)
+        facts = layout_facts(w.model, cfg, c.world_size)
+        pl = Pipeline.of(facts, cfg)
+        ctx = layer_context(model_shape(w.model), cfg, c, constants(c.gpu), facts)
+        parts = blocks(ctx, pl.p > 1)
+        assert parts[0] is parts[1]
+        dense = pipeline.block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, pl.p > 1, ctx.seq)[0]
+        real = (Block.of(transformer_layer(ctx, False, dense), dense), *parts[1:])
+        assert real[0].f != parts[0].f  # the slot's times do differ: only the zero counts make the sums equal
+        for recompute in (True, False):
+            assert (_stage_sums(w.model, facts, pl, parts, recompute=recompute)
+                    == _stage_sums(w.model, facts, pl, real, recompute=recompute))
+
+
+def test_kept_timeline_ends_are_the_computed_ones(monkeypatch):
+    # `rank_end_times_batch` keeps each distinct timeline's ends (`schedule._ENDS`, at most ENDS_KEPT): inputs
+    # repeated within a call, or met in an earlier one, get what `rank_end_times_arrays` computes for them.
+    monkeypatch.setattr(schedule, "_ENDS", {})
+    monkeypatch.setattr(schedule, "ENDS_KEPT", 12)
+    rng = random.Random(26)
+    for name, p, v, m in [("1f1b", 4, 1, 8), ("interleaved", 2, 3, 4), ("zb", 3, 1, 9), ("zbv", 2, 2, 6)]:
+        V = schedule.virtual_stages(name, p, v)
+        times = [[tuple(rng.uniform(0.5, 2.0) for _ in range(V)) for _ in range(3)] for _ in range(5)]
+        inputs = [schedule.timeline_inputs(name, *fbw, tuple(rng.uniform(0, 0.1) for _ in range(V - 1)))
+                  for fbw in times]
+        inputs += inputs[:2]  # repeated within the call
+        direct = schedule.rank_end_times_arrays(name, p, v, m, np.array([d for d, _ in inputs]).T,
+                                                np.array([e for _, e in inputs]).T).T.tolist()
+        for _ in range(2):  # the second time every input was met before
+            assert schedule.rank_end_times_batch(name, p, v, m, inputs) == [tuple(x) for x in direct]
+            assert len(schedule._ENDS) <= 12

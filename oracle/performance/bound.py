@@ -27,6 +27,7 @@ from functools import lru_cache
 from itertools import product
 from typing import NamedTuple
 
+from ..identity_cache import by_identity
 from ..layout import DISPATCH_BACKENDS, layout_facts
 from ..model_shape import model_shape
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
@@ -34,9 +35,11 @@ from .calibration import Constants, constants
 from .context import Ctx
 from .pipeline import (
     Block,
+    Chunk,
     Pipeline,
-    block_params,
+    block_weights,
     blocks,
+    chunk_times,
     chunks,
     layer_context,
     optimizer_ms,
@@ -44,10 +47,8 @@ from .pipeline import (
     pipeline_ends,
     rank_chunks,
     rank_params,
-    stage_times,
 )
 from .schedule import rank_end_times_batch, rank_work, timeline_inputs
-from .work import Work
 
 ROUNDING = 1e-9  # relative margin: the bound sums in another order than simulate
 
@@ -117,34 +118,47 @@ def _parts(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts:
     """The fastest blocks' stage times and each rank's weights of one layout (module doc)."""
     facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
-    ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts)
-    if any_knobs:  # FSDP off; FP8, dispatcher and overlaps are tried in `_fastest_blocks`
-        ctx = replace(ctx, fsdp=0, fsdp_expert=0)
-    parts = _fastest_blocks(ctx, pl.p > 1, variants) if any_knobs else blocks(ctx, pl.p > 1)
+    # with any knobs FSDP is off; FP8, dispatcher and overlaps are tried in `_fastest_times`
+    ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts, fsdp=not any_knobs)
+    times = _fastest_times(ctx, variants) if any_knobs else _block_times(blocks(ctx, pl.p > 1))
     stages = chunks(model, facts, recompute=False)  # recompute only adds work: the bound leaves it out
-    f, b, w = stage_times(stages, parts, ())
-    return _Parts(pl, ctx, cfg, f, b, w, rank_params(stages, block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V)))
+    f, b, w = _stage_times(stages, times)
+    weights = block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, pl.p > 1, ctx.seq)  # the blocks' (`pipeline._blocks`)
+    return _Parts(pl, ctx, cfg, f, b, w, rank_params(stages, weights, rank_chunks(pl.schedule, pl.p, pl.V)))
+
+
+Times = tuple[tuple[float, float, float], ...]  # per block (dense layer, MoE layer, embedding, head): F, B, W ms
+
+
+@by_identity(maxsize=16384)
+def _stage_times(stages: tuple[Chunk, ...], times: Times
+                 ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Per stage, the F, B and W ms of one micro-batch of blocks that take `times` (`chunk_times`, no recompute),
+    once per (stage plan, times) object pair (`chunks`, `_fastest_times` and `_block_times` return one object per
+    plan, context and blocks; layouts that differ in their schedule, micro-batches or PP alone share them)."""
+    f, b, w = zip(*times)
+    return chunk_times(stages, f, b, w)
+
+
+@by_identity(maxsize=4096)
+def _block_times(parts: tuple[Block, ...]) -> Times:
+    """Each block's F, B and W ms (`Times`), one object per blocks object."""
+    return tuple((x.f, x.b, x.w) for x in parts)
 
 
 @lru_cache(maxsize=4096)
-def _fastest_blocks(ctx: Ctx, piped: bool, variants: KnobVariants) -> tuple[Block, ...]:
-    """Per block, the least F, B and W over the `variants` of FP8, the dispatcher (allgather,
-    all-to-all, DeepEP) and the TP and EP overlaps (where they apply) in context `ctx`."""
+def _fastest_times(ctx: Ctx, variants: KnobVariants) -> Times:
+    """Per block, the least F, B and W over the `variants` of FP8, the dispatcher (allgather, all-to-all, DeepEP)
+    and the TP and EP overlaps (where they apply) in context `ctx`, no recompute: the same with and without PP
+    (which changes the edge blocks' weights alone, `pipeline.block_weights`)."""
     fp8s = tuple(f for f in variants.fp8 if ctx.gpu.has_fp8 or not f) or (False,)
     dispatch = variants.dispatch if ctx.ep > 1 else (ctx.dispatch,)
     tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)
     ep_overlaps = variants.ep_overlap if ctx.ep > 1 else (False,)
-    every = [blocks(replace(ctx, fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), piped)
+    every = [blocks(replace(ctx, fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), False)
              for fp8, d, tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
-    return tuple(_fastest(versions) for versions in zip(*every))
-
-
-def _fastest(versions: tuple[Block, ...]) -> Block:
-    """The least F, B and W of one block over its versions (their weights are the same); no recompute, and
-    no split by component (the bound is never broken down). Its solo passes are its least F and B too: the
-    bound's timelines time every op as paired, the EP overlap's solo ops no shorter (`schedule.py`)."""
-    f, b = min(x.f for x in versions), min(x.b for x in versions)
-    return Block(Work(), f, b, min(x.w for x in versions), Work().rec, versions[0].params, Work(), f, b)
+    return tuple((min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions))
+                 for versions in zip(*every))
 
 
 def extrapolation_bound(schedule: str, p: int, v: int, m: int, hi: tuple[float, ...], f: tuple[float, ...],

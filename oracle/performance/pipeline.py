@@ -78,16 +78,20 @@ def chunks(model: ModelArch, facts: LayoutFacts, *, recompute: bool = True) -> t
     return _chunks(facts.chunks, model.moe_layer_pattern, facts.recompute if recompute else _NO_RECOMPUTE)
 
 
-def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, facts: LayoutFacts) -> Ctx:
+def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: Constants, facts: LayoutFacts, *,
+                  fsdp: bool = True) -> Ctx:
     """What the per-layer work of this layout depends on (not PP, VPP, GBS or recompute); DP, expert-DP,
-    SP and tokens per rank come from the layout facts, derived once (`oracle/layout.py`)."""
-    sharded = facts.sharding.weights  # gathered per layer: torch FSDP2, or Megatron-FSDP's optim_grads_params
+    SP and tokens per rank come from the layout facts, derived once (`oracle/layout.py`). `fsdp=False`: as
+    if the weights were not sharded per layer (the search's bound). Equal contexts are one object
+    (`_context`), so what a context derives (its GEMM backend, network, the caches keyed on it) is derived
+    once however many layouts share it."""
+    sharded = fsdp and facts.sharding.weights  # gathered per layer: torch FSDP2, or Megatron-FSDP's optim_grads_params
     dp, edp = facts.dp_or_1, facts.edp_or_1
     legacy = cfg.moe_grouped_gemm and cfg.moe_use_legacy_grouped_gemm
     # the legacy GroupedMLP runs one CUTLASS grouped GEMM on NVIDIA, and one hipBLASLt GEMM per local expert
     # on ROCm (Primus fd1eeab docs/04-technical-guides/moe-training.md: "legacy multi-stream grouped GEMM path")
     per_expert = not cfg.moe_grouped_gemm or (legacy and cluster.gpu.vendor == "amd")
-    return Ctx(
+    return _context(
         shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
         ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
@@ -99,6 +103,9 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
         fsdp=dp * cfg.cp if sharded else 0, fsdp_expert=edp if sharded else 0, grad_bytes=grad_bytes(cfg),
         gpu=cluster.gpu, gpus_per_node=cluster.gpus_per_node, c=c,
     )
+
+
+_context = lru_cache(maxsize=4096, typed=True)(Ctx)  # one object per distinct context (`layer_context`)
 
 
 @lru_cache(maxsize=4096)
@@ -154,12 +161,17 @@ def _works(ctx: Ctx, last_moe: bool, piped: bool) -> tuple[tuple[Work, Weights],
     """Each block's (work, weights) in context `ctx` (`_blocks`)."""
     a = ctx.shape
     dense_p, moe_p, emb_p, head_p = block_weights(a, ctx.tp, ctx.etp, ctx.ep, piped, ctx.seq)
-    dense = transformer_layer(ctx, False, dense_p)
-    moe = transformer_layer(ctx, True, moe_p) if a.experts else dense
+    if a.experts:
+        moe = transformer_layer(ctx, True, moe_p), moe_p
+        # A MoE model without dense layers (Mixtral; MTP modules repeat the last layer's kind) has no dense block
+        # to time: its slot holds the MoE block, which no stage counts (every `Chunk.dense` is 0): no sum moves.
+        dense = (transformer_layer(ctx, False, dense_p), dense_p) if 0 in a.pattern else moe
+    else:
+        dense = moe = transformer_layer(ctx, False, dense_p), dense_p
     head = output_head(ctx)
     if a.mtp_layers:
         head = head + mtp_module(ctx, last_moe, moe_p if last_moe else dense_p).scaled(a.mtp_layers)
-    return (dense, dense_p), (moe, moe_p if a.experts else dense_p), (embedding(ctx), emb_p), (head, head_p)
+    return dense, moe, (embedding(ctx), emb_p), (head, head_p)
 
 
 @lru_cache(maxsize=4096)
@@ -167,7 +179,7 @@ def _blocks(ctx: Ctx, last_moe: bool, piped: bool) -> tuple[Block, Block, Block,
     paired = _works(ctx, last_moe, piped)
     solo = _works(replace(ctx, ep_overlap=False), last_moe, piped) if ctx.ep_overlap else paired
     dense, moe, emb, head = (Block.of(work, params, alone) for (work, params), (alone, _) in zip(paired, solo))
-    return dense, moe, emb, head
+    return moe if paired[0] is paired[1] else dense, moe, emb, head  # one block where one layer kind (`_works`)
 
 
 def blocks(ctx: Ctx, piped: bool) -> tuple[Block, Block, Block, Block]:
@@ -208,14 +220,6 @@ def recompute_indices(facts: LayoutFacts) -> tuple[int, ...]:
 @lru_cache(maxsize=256)
 def _module_indices(modules: tuple[str, ...]) -> tuple[int, ...]:
     return tuple(RECOMPUTE_MODULES.index(m) for m in modules)
-
-
-def stage_times(chunks: tuple[Chunk, ...], blocks: tuple[Block, ...], modules: tuple[int, ...]
-                ) -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
-    """Per virtual stage, the F, B (with recompute) and W ms of one micro-batch (`chunk_times` of the blocks'
-    per-pass totals, B with each block's selective recompute of `modules`)."""
-    return chunk_times(chunks, [x.f for x in blocks], [x.b + x.recompute_ms(modules) for x in blocks],
-                       [x.w for x in blocks])
 
 
 def chunk_times(chunks: tuple[Chunk, ...], f: Sequence[Any], b: Sequence[Any], w: Sequence[Any]
@@ -287,10 +291,12 @@ def rank_chunks(schedule: str, p: int, V: int) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(k for k in range(V) if rank_of(schedule, p, k) == r) for r in range(p))
 
 
-@lru_cache(maxsize=4096)
+@by_identity(maxsize=4096)
 def rank_params(chunks: tuple[Chunk, ...], params: tuple[Weights, ...], ranks: tuple[tuple[int, ...], ...]
                 ) -> tuple[Weights, ...]:
-    """(dense-sharded, expert) weights of each rank, from each block's (`params`) and each rank's stages."""
+    """(dense-sharded, expert) weights of each rank, from each block's (`params`) and each rank's stages: once
+    per object triple (`chunks`, `block_weights` and `rank_chunks` return one object per plan, sharding and
+    pipeline shape; hashing the stages and weights cost more than a search's hits saved)."""
     return tuple((stage_weights(chunks, [x[0] for x in params], mine),
                   stage_weights(chunks, [x[1] for x in params], mine)) for mine in ranks)
 
@@ -319,19 +325,15 @@ def ordered_sum(terms: np.ndarray) -> np.ndarray:
     return np.cumsum(terms, axis=0)[-1]
 
 
-def block_params(parts: tuple[Block, ...]) -> tuple[Weights, ...]:
-    """Each block's (dense-sharded, expert) weights."""
-    return tuple(x.params for x in parts)
-
-
 def rank_weights(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec) -> tuple[Weights, ...]:
-    """(dense-sharded, expert) weights each pipeline rank holds, through the same context, blocks and
-    stages `simulate` builds (its DP traffic and optimizer step read these)."""
+    """(dense-sharded, expert) weights each pipeline rank holds, through the same context, block weights
+    (`block_weights`, as `blocks` holds them) and stages `simulate` builds (its DP traffic and optimizer step
+    read these)."""
     facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
     ctx = layer_context(model_shape(model), cfg, cluster, constants(cluster.gpu), facts)
-    parts = blocks(ctx, pl.p > 1)
-    return rank_params(chunks(model, facts), block_params(parts), rank_chunks(pl.schedule, pl.p, pl.V))
+    weights = block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, pl.p > 1, ctx.seq)
+    return rank_params(chunks(model, facts), weights, rank_chunks(pl.schedule, pl.p, pl.V))
 
 
 @lru_cache(maxsize=65536)

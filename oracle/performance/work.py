@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import add
 
 COMPONENTS = ("gemm", "attention", "elementwise", "overhead", "tp_comm", "cp_comm", "ep_comm", "fsdp_comm")
 GEMM, ATTN, ELEM, OVH, TP, CP, EP, FSDP = range(len(COMPONENTS))
@@ -29,7 +30,9 @@ class Work:
     rec: tuple[float, ...] = NO_RECOMPUTE
 
     def __add__(self, o: Work) -> Work:
-        return Work(vadd(self.f, o.f), vadd(self.b, o.b), vadd(self.w, o.w), vadd(self.rec, o.rec))
+        """Componentwise sum: `vadd` with k = 1 (1·y is y exactly), without the products (a search adds many)."""
+        return Work(tuple(map(add, self.f, o.f)), tuple(map(add, self.b, o.b)), tuple(map(add, self.w, o.w)),
+                    tuple(map(add, self.rec, o.rec)))
 
     def scaled(self, k: float) -> Work:
         return Work(*(tuple(k * a for a in v) for v in (self.f, self.b, self.w, self.rec)))
