@@ -44,6 +44,7 @@ from .pipeline import (
     layer_context,
     optimizer_ms,
     p2p_times,
+    paired_passes,
     pipeline_ends,
     rank_chunks,
     rank_params,
@@ -155,9 +156,9 @@ def _fastest_times(ctx: Ctx, variants: KnobVariants) -> Times:
     dispatch = variants.dispatch if ctx.ep > 1 else (ctx.dispatch,)
     tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)
     ep_overlaps = variants.ep_overlap if ctx.ep > 1 else (False,)
-    every = [blocks(replace(ctx, fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), False)
+    every = [paired_passes(replace(ctx, fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), False)
              for fp8, d, tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
-    return tuple((min(x.f for x in versions), min(x.b for x in versions), min(x.w for x in versions))
+    return tuple((min(x[0] for x in versions), min(x[1] for x in versions), min(x[2] for x in versions))
                  for versions in zip(*every))
 
 

@@ -182,6 +182,12 @@ def _blocks(ctx: Ctx, last_moe: bool, piped: bool) -> tuple[Block, Block, Block,
     return moe if paired[0] is paired[1] else dense, moe, emb, head  # one block where one layer kind (`_works`)
 
 
+def paired_passes(ctx: Ctx, piped: bool) -> tuple[tuple[float, float, float], ...]:
+    """Each block's F, B and W ms (`Block.f`, `.b`, `.w`) in context `ctx`, without the solo passes `blocks` also
+    times under the EP overlap (the search's bound times every op as paired, `bound.py`)."""
+    return tuple((sum(x.f), sum(x.b), sum(x.w)) for x, _ in _works(ctx, ctx.shape.mtp_is_moe, piped))
+
+
 def blocks(ctx: Ctx, piped: bool) -> tuple[Block, Block, Block, Block]:
     """(dense layer, MoE layer, embedding, output head + MTP modules) of one micro-batch on one rank,
     with or without pipeline parallelism (`piped`: the tied output copy on the last stage); under the EP
