@@ -19,7 +19,7 @@ warm-up forward is the first steady-state forward counted solo, its backward the
 
 For speed the op order of a (schedule, p, v, m) is compiled once into a flat topological program;
 beyond 3p micro-batches the end times are extrapolated linearly from runs at 2p and 3p (the steady
-state adds the same time per group of p micro-batches).
+state adds the same time per group of p micro-batches, never less than the rank's own work: `extrapolated`).
 """
 
 from __future__ import annotations
