@@ -17,26 +17,27 @@ many solo backwards at the end; combined_1f1b.py `combined_1f1b_schedule_for_no_
 first forward and the last backward alone. The op order is kept as without the overlap: the extra
 warm-up forward is the first steady-state forward counted solo, its backward the last steady-state one.
 
-For speed the op order of a (schedule, p, v, m) is compiled once into a flat topological program;
-beyond 3p micro-batches the end times are extrapolated linearly from runs at 2p and 3p (the steady
-state adds the same time per group of p micro-batches, never less than the rank's own work: `extrapolated`).
+For speed the op order of a (schedule, p, v, m) is compiled once into a flat topological program, which
+`timeline.py` runs as machine code; beyond 3p micro-batches the end times are extrapolated linearly from
+runs at 2p and 3p (the steady state adds the same time per group of p micro-batches, never less than the
+rank's own work: `extrapolated`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ..cancel import checkpoint
+from .timeline import rank_ends
 
 F, B, W = 0, 1, 2
 FS, BS = 3, 4  # a forward and a backward without a combined-1F1B partner (`paired` schedules)
 BASE_KIND = (F, B, W, F, B)  # what each kind waits on and stands for: FS a forward, BS a backward
 SPLIT_BACKWARD = ("zb", "zbv")  # schedules that run W as its own op
-ARRAY_ROWS = 16  # layouts from which a shared timeline runs over arrays (measured: benchmarks/array_oracle.py)
 
 
 def _one_f_one_b(p: int, r: int, m: int) -> list[tuple[int, int, int]]:
@@ -144,8 +145,9 @@ def rank_orders(schedule: str, p: int, v: int, m: int, paired: bool = False) -> 
 
 
 @lru_cache(maxsize=1024)
-def _program(schedule: str, p: int, v: int, m: int, paired: bool = False) -> tuple[tuple[int, ...], ...]:
-    """Topologically ordered ops as parallel tuples (rank, duration index, dependency, edge index).
+def _program(schedule: str, p: int, v: int, m: int, paired: bool = False
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Topologically ordered ops as parallel integer arrays (rank, duration index, dependency, edge index).
 
     Duration index = kind·V + vs (a solo FS or BS its own, `timeline_inputs`); the edge index picks the p2p
     time of a stage boundary (V-1 means none: same rank or no dependency)."""
@@ -187,31 +189,7 @@ def _program(schedule: str, p: int, v: int, m: int, paired: bool = False) -> tup
                 progressed = True
         if not progressed:
             raise RuntimeError(f"{schedule} schedule deadlocks at p={p} v={v} m={m}")
-    return tuple(ranks), tuple(durs), tuple(deps), tuple(edges)
-
-
-def _run(schedule: str, p: int, v: int, m: int, durations: Any, edges: Any,
-         maximum: Callable[[Any, Any], Any] | None = None, paired: bool = False) -> list:
-    """Each rank's finish time: an op starts when its rank is free and its dependency has arrived.
-
-    Written once for plain numbers (`maximum` None: the comparison inline, the hot loop of a search) and
-    for a batch of layouts sharing the program (`durations`, `edges` rows of numpy arrays, one element
-    per layout; `maximum` = np.maximum)."""
-    ranks, dur_idx, deps, edge_idx = _program(schedule, p, v, m, paired)
-    fin: list = [0.0] * len(ranks)
-    free: list = [0.0] * p
-    for i, (r, d, dep, e) in enumerate(zip(ranks, dur_idx, deps, edge_idx)):
-        t = free[r]
-        if dep >= 0:
-            arrive = fin[dep] + edges[e]
-            if maximum is not None:
-                t = maximum(t, arrive)
-            elif arrive > t:
-                t = arrive
-        t = t + durations[d]
-        fin[i] = t
-        free[r] = t
-    return free
+    return tuple(np.array(x, dtype=np.int64) for x in (ranks, durs, deps, edges))  # type: ignore[return-value]
 
 
 def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w: tuple[float, ...],
@@ -272,17 +250,9 @@ def rank_end_times_batch(schedule: str, p: int, v: int, m: int, inputs: Sequence
 def rank_end_times_arrays(schedule: str, p: int, v: int, m: int, durations: np.ndarray, edges: np.ndarray,
                           paired: bool = False) -> np.ndarray:
     """Each rank's end (rows) of each layout (columns) with one program (m <= 3p micro-batches; `durations`,
-    `edges`: the layouts' `timeline_inputs` as columns; `paired`: the EP overlap's, module doc), run once over
-    arrays; fewer than ARRAY_ROWS layouts run one by one on plain numbers (numpy's cost per operation exceeds
-    the arithmetic on a few)."""
-    n = durations.shape[1]
-    if n < ARRAY_ROWS:
-        return np.array([_run(schedule, p, v, m, d, e, paired=paired)
-                         for d, e in zip(durations.T.tolist(), edges.T.tolist())]).reshape(n, p).T
-    ends = np.empty((p, n))
-    for r, x in enumerate(_run(schedule, p, v, m, durations, edges, np.maximum, paired)):
-        ends[r] = x
-    return ends
+    `edges`: the layouts' `timeline_inputs` as columns; `paired`: the EP overlap's, module doc): each op starts
+    when its rank is free and its dependency has arrived (`timeline.rank_ends`, compiled)."""
+    return rank_ends(_program(schedule, p, v, m, paired), durations, edges, p)
 
 
 def rank_end_times_many(schedule: str, p: int, v: int, m: int, inputs: Sequence[Timeline], paired: bool = False
