@@ -78,6 +78,9 @@ def iteration_bound(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec
     return iteration_bounds(model, (cfg,), cluster, consts, any_knobs=any_knobs, variants=variants)[0]
 
 
+Times = tuple[tuple[float, float, float], ...]  # per block (dense layer, MoE layer, embedding, head): F, B, W ms
+
+
 class _Parts(NamedTuple):
     """What the bound of one layout needs besides its pipeline ends."""
 
@@ -114,21 +117,60 @@ def iteration_bounds(model: ModelArch, cfgs: Sequence[EffectiveConfig], cluster:
                                  for end, (dense, expert) in zip(e, x.weights)) for x, e in zip(parts, ends)]
 
 
-def _parts(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None, any_knobs: bool,
-           variants: KnobVariants) -> _Parts:
-    """The fastest blocks' stage times and each rank's weights of one layout (module doc)."""
+class _Setup(NamedTuple):
+    """A layout's pipeline, layer context, fastest (or own) block times, stage plan and block weights: what both
+    bounds start from."""
+
+    pl: Pipeline
+    ctx: Ctx
+    times: Times
+    stages: tuple[Chunk, ...]
+    weights: tuple[tuple[float, float], ...]
+
+
+def _setup(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None, any_knobs: bool,
+           variants: KnobVariants) -> _Setup:
+    """The fastest blocks (with `any_knobs`; else the layout's own) and the stages without recompute (module doc)."""
     facts = layout_facts(model, cfg, cluster.world_size)
     pl = Pipeline.of(facts, cfg)
     # with any knobs FSDP is off; FP8, dispatcher and overlaps are tried in `_fastest_times`
     ctx = layer_context(model_shape(model), cfg, cluster, consts or constants(cluster.gpu), facts, fsdp=not any_knobs)
     times = _fastest_times(ctx, variants) if any_knobs else _block_times(blocks(ctx, pl.p > 1))
     stages = chunks(model, facts, recompute=False)  # recompute only adds work: the bound leaves it out
-    f, b, w = _stage_times(stages, times)
     weights = block_weights(ctx.shape, ctx.tp, ctx.etp, ctx.ep, pl.p > 1, ctx.seq)  # the blocks' (`pipeline._blocks`)
+    return _Setup(pl, ctx, times, stages, weights)
+
+
+def _parts(model: ModelArch, cfg: EffectiveConfig, cluster: ClusterSpec, consts: Constants | None, any_knobs: bool,
+           variants: KnobVariants) -> _Parts:
+    """The fastest blocks' stage times and each rank's weights of one layout (module doc)."""
+    pl, ctx, times, stages, weights = _setup(model, cfg, cluster, consts, any_knobs, variants)
+    f, b, w = _stage_times(stages, times)
     return _Parts(pl, ctx, cfg, f, b, w, rank_params(stages, weights, rank_chunks(pl.schedule, pl.p, pl.V)))
 
 
-Times = tuple[tuple[float, float, float], ...]  # per block (dense layer, MoE layer, embedding, head): F, B, W ms
+def mean_rank_bounds(model: ModelArch, cfgs: Sequence[EffectiveConfig], cluster: ClusterSpec,
+                     consts: Constants | None = None, *, variants: KnobVariants = EVERY_VARIANT) -> list[float]:
+    """A lower bound on `iteration_bounds(..., any_knobs=True)` of each layout that runs no pipeline timeline, for a
+    search to rule most layouts out before it takes theirs: the slowest rank's end plus optimizer step is at least
+    the ranks' mean, and a rank that runs its ops one at a time ends no earlier than m times its work per
+    micro-batch (the floor `schedule.extrapolated` keeps), so the iteration takes at least (m·the blocks' total
+    F, B and W + the optimizer step of all the ranks' weights) / p; equal to the timeline's bound without PP."""
+    out = []
+    for cfg in cfgs:
+        pl, ctx, times, stages, weights = _setup(model, cfg, cluster, consts, True, variants)
+        counts = _block_counts(stages)
+        work = sum(n * (f + b + w) for n, (f, b, w) in zip(counts, times))
+        dense = sum(n * x[0] for n, x in zip(counts, weights))
+        expert = sum(n * x[1] for n, x in zip(counts, weights))
+        out.append((1 - ROUNDING) * (pl.m * work + optimizer_ms(ctx, dense, expert, pl, sharded=True)) / pl.p)
+    return out
+
+
+@by_identity(maxsize=4096)
+def _block_counts(stages: tuple[Chunk, ...]) -> tuple[int, ...]:
+    """How many of each block (dense layer, MoE layer, embedding, head) all the stages hold together."""
+    return tuple(sum(column) for column in zip(*(ch.coefficients for ch in stages)))
 
 
 @by_identity(maxsize=16384)

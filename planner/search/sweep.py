@@ -48,7 +48,7 @@ from paratune.oracle.layout import features
 from paratune.oracle.memory.estimate import estimate_points
 from paratune.oracle.memory.parts import SettingPart, layout_part, setting_part
 from paratune.oracle.performance import tokens_per_s_per_gpu
-from paratune.oracle.performance.bound import iteration_bounds
+from paratune.oracle.performance.bound import iteration_bounds, mean_rank_bounds
 from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu_batch
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
@@ -104,20 +104,39 @@ def _knobs(layout: dict) -> tuple:
 
 def _layout_bounds(candidates: list[dict]) -> list[tuple[dict, float]]:
     """The legal layouts of `candidates` (`space.has_points`), each with an upper bound on the tokens/s/GPU of
-    every point of it, computed together (the timelines of layouts with one pipeline shape run over arrays,
-    `iteration_bounds`)."""
+    every point of it without its pipeline timeline (`mean_rank_bounds`; the timeline's, tighter, is taken
+    where it is scored, `_timeline_pruned`)."""
     workload, cluster, m = _CTX["workload"], _CTX["cluster"], _CTX["menu"]
     layouts = [x for x in candidates if has_points(workload, cluster, x, m)]
-    cfgs = [workload.effective(next(knob_points(*_knobs(x)))) for x in layouts]
-    return list(zip(layouts, _bound_tps(cfgs, any_knobs=True)))
+    cfgs = _layout_configs(layouts)
+    bounds = mean_rank_bounds(workload.model, cfgs, cluster, variants=_CTX["variants"])
+    return list(zip(layouts, _tps(cfgs, bounds)))
+
+
+def _layout_configs(layouts: list[dict]) -> list[EffectiveConfig]:
+    """Each layout's first point: the config its layout bounds are taken on (they hold for all its points)."""
+    return [_CTX["workload"].effective(next(knob_points(*_knobs(x)))) for x in layouts]
 
 
 def _bound_tps(cfgs: list[EffectiveConfig], *, any_knobs: bool) -> list[float]:
     """Upper bound on the tokens/s/GPU of each of `cfgs` under any recompute mode or, with `any_knobs`, any
     feature knobs (`iteration_bounds`)."""
     workload, cluster = _CTX["workload"], _CTX["cluster"]
-    bounds = iteration_bounds(workload.model, cfgs, cluster, any_knobs=any_knobs, variants=_CTX["variants"])
-    return [tokens_per_s_per_gpu(cfg, cluster.world_size, t) for cfg, t in zip(cfgs, bounds)]
+    return _tps(cfgs, iteration_bounds(workload.model, cfgs, cluster, any_knobs=any_knobs, variants=_CTX["variants"]))
+
+
+def _tps(cfgs: list[EffectiveConfig], iteration_ms: list[float]) -> list[float]:
+    """tokens/s/GPU of each of `cfgs` at its iteration time."""
+    world = _CTX["cluster"].world_size
+    return [tokens_per_s_per_gpu(cfg, world, t) for cfg, t in zip(cfgs, iteration_ms)]
+
+
+def _timeline_pruned(layouts: list[dict]) -> list[bool]:
+    """Whether each layout's timeline bound (`iteration_bounds` over every feature knob, taken together) loses
+    against this worker's top-k; none does before it is full."""
+    if not _full() or not layouts:
+        return [False] * len(layouts)
+    return [_loses(tps) for tps in _bound_tps(_layout_configs(layouts), any_knobs=True)]
 
 
 def _full() -> bool:
@@ -162,6 +181,10 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
             continue
         layouts.append(layout)
         ids.append(these)
+    beaten = _timeline_pruned(layouts)
+    pruned += sum(len(x) for x, lost in zip(ids, beaten) if lost)
+    layouts = [x for x, lost in zip(layouts, beaten) if not lost]
+    ids = [x for x, lost in zip(ids, beaten) if not lost]
     bases = [base_config(workload, x) for x in layouts]
     li = np.repeat(np.arange(len(layouts)), [len(x) for x in ids])
     si = np.concatenate(ids) if ids else np.zeros(0, dtype=np.intp)
