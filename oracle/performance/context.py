@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..model_shape import ModelShape
@@ -49,6 +49,15 @@ class Ctx:
     def sp_tokens(self) -> float:
         """Tokens per rank outside the TP region (sharded over TP under sequence parallelism)."""
         return self.tokens / self.tp if self.sp else float(self.tokens)
+
+    @cached_property
+    def dense_view(self) -> Ctx:
+        """This context with its MoE-only knobs (dispatch, grouped and legacy GEMMs, permute fusion, op fuser,
+        shared-expert and EP overlap, sync-free stages) at one setting: a dense layer, the embedding and the
+        output head read none of them, so contexts that differ in those alone time these blocks once
+        (`layers.transformer_layer`, `embedding`, `output_head`; tests/test_dense_view.py)."""
+        return replace(self, dispatch="alltoall", grouped_gemm=True, legacy_grouped=False, permute_fusion=False,
+                       op_fuser=False, shared_overlap=False, sync_free=False, ep_overlap=False)
 
     @cached_property
     def gemm(self) -> GemmBackend:

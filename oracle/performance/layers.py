@@ -296,9 +296,14 @@ def _plus_since(gemm: tuple[float, float], now: tuple[float, float], before: tup
     return gemm[0] + now[0] - before[0], gemm[1] + now[1] - before[1]
 
 
-@lru_cache(maxsize=8192)
 def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
-    """One dense or MoE transformer layer (`params`: its (dense, expert) weights on this rank, for FSDP)."""
+    """One dense or MoE transformer layer (`params`: its (dense, expert) weights on this rank, for FSDP); a dense
+    one in the context's `dense_view` (it reads no MoE knob)."""
+    return _layer(ctx if moe else ctx.dense_view, moe, params)
+
+
+@lru_cache(maxsize=8192)
+def _layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     w = Builder()
     _attention(ctx, w, moe)
     gemm = w.gemm()  # the TP regions' GEMMs: attention, then the dense MLP or the shared experts
@@ -323,9 +328,13 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     return w.build()
 
 
-@lru_cache(maxsize=4096)
 def embedding(ctx: Ctx) -> Work:
-    """Vocab-parallel lookup (+ its TP reduction) and the gradient scatter-add."""
+    """Vocab-parallel lookup (+ its TP reduction) and the gradient scatter-add, in the context's `dense_view`."""
+    return _embedding(ctx.dense_view)
+
+
+@lru_cache(maxsize=4096)
+def _embedding(ctx: Ctx) -> Work:
     w = Builder()
     n = ctx.tokens * ctx.shape.h
     w.add(ELEM, 2 * n * E_BYTES / ctx.hbm, n * EMBEDDING_GRAD_BYTES / ctx.hbm)
@@ -337,9 +346,14 @@ def embedding(ctx: Ctx) -> Work:
     return w.build()
 
 
-@lru_cache(maxsize=4096)
 def output_head(ctx: Ctx) -> Work:
-    """Final norm, vocab-parallel logits GEMM (BF16 also under FP8) and the cross-entropy loss."""
+    """Final norm, vocab-parallel logits GEMM (BF16 also under FP8) and the cross-entropy loss, in the context's
+    `dense_view`."""
+    return _output_head(ctx.dense_view)
+
+
+@lru_cache(maxsize=4096)
+def _output_head(ctx: Ctx) -> Work:
     a, T = ctx.shape, ctx.tokens
     w = Builder()
     n = ctx.sp_tokens * a.h
