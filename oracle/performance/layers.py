@@ -290,6 +290,18 @@ def _ep_overlap(ctx: Ctx, w: Builder, pre: tuple[float, float, float]) -> None:
     w.b[EP] = total * comm_b / (comm_f + comm_b)
 
 
+@lru_cache(maxsize=8192)
+def _attention_block(ctx: Ctx, moe: bool) -> tuple[Work, tuple[float, float]]:
+    """A layer's attention block with its norms and residual adds, and its TP regions' (forward, backward) GEMM
+    ms; taken in the dense view (it reads no MoE knob), so a MoE layer's dispatch and EP-overlap settings share
+    it."""
+    w = Builder()
+    _attention(ctx, w, moe)
+    gemm = w.gemm()
+    _norms_residuals(ctx, w)
+    return w.build(), gemm
+
+
 def _plus_since(gemm: tuple[float, float], now: tuple[float, float], before: tuple[float, float]
                 ) -> tuple[float, float]:
     """`gemm` plus the (forward, backward) GEMM ms added between `before` and `now`."""
@@ -304,10 +316,8 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
 
 @lru_cache(maxsize=8192)
 def _layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
-    w = Builder()
-    _attention(ctx, w, moe)
-    gemm = w.gemm()  # the TP regions' GEMMs: attention, then the dense MLP or the shared experts
-    _norms_residuals(ctx, w)
+    start, gemm = _attention_block(ctx.dense_view, moe)  # then the dense MLP or the shared experts' TP GEMMs
+    w = Builder.of(start)
     pre_f = w.forward_ms()
     pre = (pre_f, sum(w.b), sum(w.w))
     if moe:

@@ -47,6 +47,13 @@ class Builder:
         self.w = [0.0] * len(COMPONENTS)
         self.rec = [0.0] * len(RECOMPUTE_MODULES)
 
+    @classmethod
+    def of(cls, start: Work) -> Builder:
+        """An accumulator that holds `start` (the same sums as adding its parts to an empty one did)."""
+        w = cls()
+        w.f, w.b, w.w, w.rec = list(start.f), list(start.b), list(start.w), list(start.rec)
+        return w
+
     def add(self, comp: int, f: float = 0.0, b: float = 0.0, w: float = 0.0) -> None:
         self.f[comp] += f
         self.b[comp] += b
