@@ -101,12 +101,10 @@ def test_batched_memory_equals_the_scalar_oracle_on_random_legal_layouts():
     assert seen["kinds"] == {"dense", "moe", "mla"}
 
 
-def test_batched_layout_bounds_equal_the_scalar_bound(monkeypatch):
+def test_batched_layout_bounds_equal_the_scalar_bound():
     """`iteration_bounds` (pipeline timelines of one shape run together over arrays) against
-    `iteration_bound` layout by layout: over every feature knob (a layout's bound) and per point. Every
-    shared timeline of two or more layouts runs over arrays here (`ARRAY_ROWS` lowered from 16), and each side
-    computes its own (the kept timeline ends, `schedule._ENDS`, emptied before each)."""
-    monkeypatch.setattr(schedule, "ARRAY_ROWS", 2)
+    `iteration_bound` layout by layout: over every feature knob (a layout's bound) and per point. Each side
+    computes its own timelines (the kept timeline ends, `schedule._ENDS`, emptied before each)."""
     rng = random.Random(2026)
     for w_file, c_file, stack in CASES:
         workload, cluster, layouts = _case(w_file, c_file, stack)
@@ -121,12 +119,11 @@ def test_batched_layout_bounds_equal_the_scalar_bound(monkeypatch):
                 assert _close(got, one), (w_file, cfg.key, any_knobs)
 
 
-def test_batched_simulation_equals_the_scalar_simulation(monkeypatch):
+def test_batched_simulation_equals_the_scalar_simulation():
     """The sweep ranks by `simulated_tokens_per_s_per_gpu_batch` (timelines of one pipeline program run over
     arrays) and shows `simulate`'s figures; ties are broken by config key, so the two must agree to the last
     bit, not just within 1e-9. Ten points per layout: many share a program, and every shared timeline of two
-    or more runs over arrays (`ARRAY_ROWS` lowered from 16)."""
-    monkeypatch.setattr(schedule, "ARRAY_ROWS", 2)
+    or more runs over arrays."""
     rng = random.Random(2027)
     piped = 0
     for w_file, c_file, stack in CASES:

@@ -2,8 +2,9 @@
 
 Each shortcut exists for speed (benchmarks/oracle_speed.py, benchmarks/sweep_speed.py): the key computed inside
 `resolve`, the plan cache keyed on saturated micro-batch counts, the pruning of covered pipeline GPUs, the
-identity caches, the layout bound's shared parts, the kept timeline ends and the dense block a model without dense
-layers leaves untimed. The reference in each test is the unshortened definition, evaluated here.
+identity caches, the layout bound's shared parts, the kept timeline ends, the dense block a model without dense
+layers leaves untimed, the compiled timeline and the dense view the MoE knobs share. The reference in each test
+is the unshortened definition, evaluated here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from paratune.oracle.identity_cache import by_identity
 from paratune.oracle.layout import RecomputePlan, layout_facts
 from paratune.oracle.memory import estimate_memory
 from paratune.oracle.model_shape import model_shape
-from paratune.oracle.performance import bound, pipeline, schedule
+from paratune.oracle.performance import bound, layers, pipeline, schedule, timeline
 from paratune.oracle.performance.calibration import constants
 from paratune.oracle.performance.layers import transformer_layer
 from paratune.oracle.performance.pipeline import Block, Pipeline, blocks, layer_context
@@ -192,3 +193,49 @@ def test_kept_timeline_ends_are_the_computed_ones(monkeypatch):
         for _ in range(2):  # the second time every input was met before
             assert schedule.rank_end_times_batch(name, p, v, m, inputs) == [tuple(x) for x in direct]
             assert len(schedule._ENDS) <= 12
+
+
+@pytest.mark.parametrize("name,p,v,m,paired", [("1f1b", 4, 1, 12, False), ("interleaved", 3, 2, 9, False),
+                                               ("interleaved", 2, 3, 6, True), ("zb", 3, 1, 9, False),
+                                               ("zbv", 2, 2, 6, False)])
+def test_compiled_timeline_is_its_python_source(name, p, v, m, paired):
+    # `timeline.rank_ends` runs `timeline._ends` as machine code (numba); the interpreter running the same source
+    # gives the same bits (IEEE additions and comparisons in one order, no fast-math), on random durations and
+    # p2p times of many layouts at once.
+    program = schedule._program(name, p, v, m, paired)
+    rng = np.random.default_rng(p * 100 + v * 10 + m)
+    durations = rng.uniform(0.1, 2.0, (int(program[1].max()) + 1, 7))
+    edges = rng.uniform(0.0, 0.1, (schedule.virtual_stages(name, p, v), 7))
+    edges[-1] = 0.0  # the "no transfer" edge (`timeline_inputs`)
+    compiled = timeline.rank_ends(program, durations, edges, p)
+    interpreted = timeline._ends(*program, durations.T.copy(), edges.T.copy(), p).T
+    assert compiled.shape == (p, 7)
+    assert np.array_equal(compiled, interpreted)
+
+
+# Every value the MoE-only fields of a context can take (`Ctx.dense_view` sets them to one).
+MOE_KNOBS = dict(dispatch=("allgather", "alltoall", "deepep", "hybridep"), grouped_gemm=(False, True),
+                 legacy_grouped=(False, True), permute_fusion=(False, True), op_fuser=(False, True),
+                 shared_overlap=(False, True), sync_free=(False, True), ep_overlap=(False, True))
+
+
+@pytest.mark.parametrize("name", ["deepseek", "mixtral", "llama70b"])
+def test_dense_blocks_read_no_moe_knob(name):
+    # A dense layer, a layer's attention block, the embedding and the output head are timed in the context's
+    # dense view, which shares them between contexts that differ in MoE knobs alone. The plain definition:
+    # each timed in the context itself, with its MoE knobs set at random (the layer functions, uncached).
+    w, c = example(name)
+    rng = random.Random(23)
+    for trial in sample(w, c, 30):
+        cfg = w.effective(trial)
+        facts = layout_facts(w.model, cfg, c.world_size)
+        base = layer_context(model_shape(w.model), cfg, c, constants(c.gpu), facts)
+        dense = pipeline.block_weights(base.shape, base.tp, base.etp, base.ep, False, base.seq)[0]
+        for _ in range(3):
+            ctx = replace(base, **{k: rng.choice(v) for k, v in MOE_KNOBS.items()})
+            view = ctx.dense_view
+            assert layers._layer.__wrapped__(ctx, False, dense) == layers._layer.__wrapped__(view, False, dense)
+            for moe in (False, True):
+                assert layers._attention_block.__wrapped__(ctx, moe) == layers._attention_block.__wrapped__(view, moe)
+            assert layers._embedding.__wrapped__(ctx) == layers._embedding.__wrapped__(view)
+            assert layers._output_head.__wrapped__(ctx) == layers._output_head.__wrapped__(view)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from paratune.calibration.rows import load_rows, project
@@ -16,14 +17,14 @@ from paratune.oracle.performance import (
     model_flops_per_token,
     simulate,
 )
-from paratune.oracle.performance.bound import extrapolation_bound
+from paratune.oracle.performance.bound import extrapolation_bound, mean_rank_bounds
 from paratune.oracle.performance.calibration import constants, with_fitted
 from paratune.oracle.performance.gemm import TE_GROUPED_STREAMS, RooflineGemm, multi_stream_ms
 from paratune.oracle.performance.gemm_origami import ORIGAMI_ARCHS, origami_available
 from paratune.oracle.performance.schedule import (
     SPLIT_BACKWARD,
-    _run,
     rank_end_times,
+    rank_end_times_arrays,
     rank_end_times_batch,
     rank_work,
     timeline_inputs,
@@ -172,7 +173,7 @@ def test_long_runs_are_extrapolated_from_the_steady_state(schedule, v):
     comm = (0.05,) * (V - 1)
     if schedule not in SPLIT_BACKWARD:
         b, w = tuple(x + y for x, y in zip(b, w)), (0.0,) * V
-    exact = max(_run(schedule, p, v, m, f + b + w, comm + (0.0,)))
+    exact = rank_end_times_arrays(schedule, p, v, m, np.array([f + b + w]).T, np.array([comm + (0.0,)]).T).max()
     assert max(rank_end_times(schedule, p, v, m, f, b, w, comm)) == pytest.approx(exact, rel=0.01)
 
 
@@ -277,7 +278,13 @@ def test_iteration_bound_is_below_every_point_it_covers(name):
         iterations = [simulate(w.model, cfg, c).iteration_ms for cfg in cfgs]
         assert iteration_bound(w.model, cfgs[0], c) <= min(iterations), layout
         # the sweep's tighter bound, over only the settings this search allows, holds too
-        assert iteration_bound(w.model, cfgs[0], c, variants=bound_variants(m)) <= min(iterations), layout
+        timeline = iteration_bound(w.model, cfgs[0], c, variants=bound_variants(m))
+        assert timeline <= min(iterations), layout
+        # and the sweep's cheap bound (no timeline) sits below it, equal to it without PP (one rank: its mean)
+        mean = mean_rank_bounds(w.model, [cfgs[0]], c, variants=bound_variants(m))[0]
+        assert mean <= timeline * (1 + 1e-12), layout
+        if layout["pp"] == 1:
+            assert mean == pytest.approx(timeline, rel=1e-12), layout
         groups: dict[tuple, list[float]] = {}
         for cfg, it in zip(cfgs, iterations):
             knobs = (cfg.fp8, cfg.moe_token_dispatcher_type, cfg.moe_flex_dispatcher_backend, cfg.use_turbo_deepep,

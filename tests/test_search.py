@@ -99,16 +99,19 @@ def test_sweep_finds_the_brute_force_optimum(llama8b_sweep):
 
 def test_sweep_prunes_yet_matches_brute_force_on_a_mixtral_slice(monkeypatch):
     """On a slice of the Mixtral space that holds its optimum (TP 1, PP 4, CP <= 2: every schedule,
-    ~5k points) the bound skips most points, and the top-k still equals scoring every fitting one."""
+    ~5k points) the bound skips most points, and the top-k still equals scoring every fitting one, in one
+    process and in two workers that prune against each other's k-th best (`sweep._floor`)."""
     w, c = example("mixtral")
     layouts = [x for x in enumerate_layouts(w, c) if x["tp"] == 1 and x["pp"] == 4 and x["cp"] <= 2]
     monkeypatch.setattr(sweep_module, "candidate_layouts", lambda *_: iter(layouts))
-    result = sweep(w, c, top_k=5, jobs=1)
     m = menu(w, c)
     points = [t for x in layouts for t in knob_points(*layout_knobs(w, x, m))]
-    assert _ranking(result) == _brute_force_top(w, c, points, 5)[0]
-    assert result.space_size == len(points)
-    assert result.pruned > result.space_size / 2
+    brute = _brute_force_top(w, c, points, 5)[0]
+    for jobs in (1, 2):
+        result = sweep(w, c, top_k=5, jobs=jobs)
+        assert _ranking(result) == brute, jobs
+        assert result.space_size == len(points)
+        assert result.pruned > result.space_size / 2
 
 
 def test_parallel_sweep_matches_serial(llama8b_sweep):

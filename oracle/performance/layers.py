@@ -316,8 +316,8 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
 
 @lru_cache(maxsize=8192)
 def _layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
-    start, gemm = _attention_block(ctx.dense_view, moe)  # then the dense MLP or the shared experts' TP GEMMs
-    w = Builder.of(start)
+    attention, gemm = _attention_block(ctx.dense_view, moe)  # then the dense MLP or the shared experts' TP GEMMs
+    w = Builder.of(attention)
     pre_f = w.forward_ms()
     pre = (pre_f, sum(w.b), sum(w.w))
     if moe:

@@ -50,6 +50,12 @@ def _compiled() -> Any:
     return numba.njit(cache=True, nogil=True)(_ends)
 
 
+def prepare() -> None:
+    """Load the compiled loop now: a process that forks workers calls it first, so they inherit it (numba's
+    import and cache load take about 0.3 s a process)."""
+    _compiled()
+
+
 def rank_ends(program: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], durations: np.ndarray,
               edges: np.ndarray, p: int) -> np.ndarray:
     """Each rank's finish time (rows) of each layout (columns) of a `schedule._program`, from the layouts'

@@ -1,18 +1,21 @@
 """Exhaustive sweep: the true top-k of the whole legal space under the oracle, by branch and bound.
 
-`oracle.performance.iteration_bound` gives each parallel layout a lower bound on the iteration time of
-all its feature-knob points, hence an upper bound on their tokens/s/GPU. Layouts are scored best bound
-first; a worker skips a layout, without even its memory checks, when that upper bound is strictly
-below the k-th best it has scored so far, since none of its points can then enter the top-k. In a
-layout it does score, each point gets the memory pre-filter, then the same test with the bound of its
-group (its FP8, MoE dispatcher, overlaps and DP sharding; the bound holds for every recompute mode) where
-the group has two or more fitting points (a group's bound costs about one simulation), and is simulated only
-if it passes. The result equals scoring every fitting point, ties broken by config key. The layouts' legality
-is checked where they are bounded, in the workers (`space.candidate_layouts`, `space.has_points`).
+Each parallel layout gets two upper bounds on the tokens/s/GPU of all its feature-knob points, from lower
+bounds on their iteration time: a cheap one for every layout (`oracle.performance.bound.mean_rank_bounds`,
+no pipeline timeline), by which the layouts are ranked, and the tighter timeline one
+(`iteration_bounds`), taken only where a layout is scored. Layouts are scored best bound first; a worker
+skips a layout, without even its memory checks, when either bound is strictly below the floor: the k-th best
+it has scored so far, or another worker's (`_floor`: each worker's k-th best is at or below the whole
+space's), since none of its points can then enter the top-k. In a layout it does score, each point gets the
+memory pre-filter, then the same test with the bound of its group (its FP8, MoE dispatcher, overlaps and DP
+sharding; the bound holds for every recompute mode) where the group has two or more fitting points (a
+group's bound costs about one simulation), and is simulated only if it passes. The result equals scoring
+every fitting point, ties broken by config key. The layouts' legality is checked where they are bounded, in
+the workers (`space.candidate_layouts`, `space.has_points`).
 
 A worker takes the layouts in blocks (1, 2, 4, ... up to `SCORE_BLOCK`, best bounds first: small blocks fill
-its top-k early) and runs each step over the whole block at once (issue 26): the layout test against the
-top-k as the block starts, the memory of every point of the layouts left (`estimate_points`, numpy), the
+its top-k early) and runs each step over the whole block at once (issue 26): the layout tests against the
+floor as the block starts, the memory of every point of the layouts left (`estimate_points`, numpy), the
 bounds of the groups with a fitting point (`iteration_bounds`), and the simulation of the points left
 (`simulated_tokens_per_s_per_gpu_batch`: the timelines of one pipeline program run over arrays); each
 batched call equals its scalar one to the last bit, so only which points are skipped depends on the blocks,
@@ -31,11 +34,13 @@ at 500 the main job took 3.9 min against 2.4 min at 50 (measured 2026-12-02, `pa
 
 from __future__ import annotations
 
+import gc
 import heapq
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from itertools import chain
 from typing import Any, TypeVar
 
@@ -50,6 +55,7 @@ from paratune.oracle.memory.parts import SettingPart, layout_part, setting_part
 from paratune.oracle.performance import tokens_per_s_per_gpu
 from paratune.oracle.performance.bound import iteration_bounds, mean_rank_bounds
 from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu_batch
+from paratune.oracle.performance.timeline import prepare as prepare_timeline
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .space import (
@@ -91,10 +97,14 @@ _CTX: dict = {}
 T = TypeVar("T")
 
 
-def _init(workload: Workload, cluster: ClusterSpec, top_k: int) -> None:
+def _init(workload: Workload, cluster: ClusterSpec, top_k: int, shared: Any = None) -> None:
+    """A worker's search state; `shared`: the workers' common floor (`_floor`), a multiprocessing Value. A pool's
+    worker runs without the cyclic collector (`_collector_off`)."""
+    if shared is not None:
+        gc.disable()
     m = menu(workload, cluster)
     _CTX.update(workload=workload, cluster=cluster, top_k=top_k, top=[], menu=m, variants=bound_variants(m),
-                settings={}, classes={}, class_codes={})
+                settings={}, classes={}, class_codes={}, shared=shared)
 
 
 def _knobs(layout: dict) -> tuple:
@@ -134,19 +144,31 @@ def _tps(cfgs: list[EffectiveConfig], iteration_ms: list[float]) -> list[float]:
 def _timeline_pruned(layouts: list[dict]) -> list[bool]:
     """Whether each layout's timeline bound (`iteration_bounds` over every feature knob, taken together) loses
     against this worker's top-k; none does before it is full."""
-    if not _full() or not layouts:
+    if _floor() == -np.inf or not layouts:
         return [False] * len(layouts)
     return [_loses(tps) for tps in _bound_tps(_layout_configs(layouts), any_knobs=True)]
 
 
-def _full() -> bool:
-    """Whether this worker's top-k is full (before, nothing can lose against it)."""
-    return len(_CTX["top"]) == _CTX["top_k"]
+def _floor() -> float:
+    """The k-th best tokens/s/GPU known here: this worker's k-th best once its top-k is full, or any worker's
+    (`shared`: each raises it to its own), -inf before. Every worker's k-th best is at or below the whole
+    space's, so a point below the floor cannot enter the top-k."""
+    top, shared = _CTX["top"], _CTX["shared"]
+    own = top[0][0] if len(top) == _CTX["top_k"] else -np.inf
+    return own if shared is None else max(own, shared.value)
+
+
+def _raise_floor() -> None:
+    """Offer this worker's k-th best to the other workers (`_floor`)."""
+    top, shared = _CTX["top"], _CTX["shared"]
+    if shared is not None and len(top) == _CTX["top_k"]:
+        with shared.get_lock():
+            shared.value = max(shared.value, top[0][0])
 
 
 def _loses(tps: float) -> bool:
-    """Whether `tps` is strictly below the k-th best this worker has scored."""
-    return _full() and tps < _CTX["top"][0][0]
+    """Whether `tps` is strictly below the floor (`_floor`)."""
+    return tps < _floor()
 
 
 def _setting(i: int, layout: dict, base: EffectiveConfig) -> tuple[SettingPart, tuple[tuple, ...]]:
@@ -194,7 +216,7 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
 
     memory, groups = _memory_and_groups(layouts, bases, ids, li, si)
     fitting = np.flatnonzero(memory <= cluster.memory_cap_gb)
-    survivors = _unbeaten(fitting, groups, config) if _full() else fitting
+    survivors = _unbeaten(fitting, groups, config) if _floor() > -np.inf else fitting
     cfgs = [config(k) for k in survivors.tolist()]
     rates = simulated_tokens_per_s_per_gpu_batch(workload.model, cfgs, cluster, _same(li[survivors], si[survivors]))
     entered: list[Ranked] = []
@@ -207,6 +229,7 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
         else:
             continue
         entered.append(item)
+    _raise_floor()
     return len(tasks), points, len(fitting), len(survivors), pruned + len(fitting) - len(survivors), entered
 
 
@@ -249,7 +272,7 @@ def _same(li: np.ndarray, si: np.ndarray) -> list[tuple[int, int]] | None:
 
 
 def _unbeaten(fitting: np.ndarray, groups: np.ndarray, config: Callable[[int], EffectiveConfig]) -> np.ndarray:
-    """The `fitting` points whose group's bound does not lose against this worker's full top-k. A group's
+    """The `fitting` points whose group's bound does not lose against the floor (`_floor`). A group's
     bound (taken on its first fitting point, it holds for the whole group) costs about one simulation, so it
     is taken only for groups of two or more fitting points: a lone point is simulated instead (the top-k is
     the same either way; only `scored` and `pruned` move)."""
@@ -257,7 +280,7 @@ def _unbeaten(fitting: np.ndarray, groups: np.ndarray, config: Callable[[int], E
     shared = np.flatnonzero(counts > 1)
     bound = np.full(len(counts), np.inf)
     bound[shared] = _bound_tps([config(k) for k in fitting[first[shared]].tolist()], any_knobs=False)
-    return fitting[~(bound[inverse.reshape(-1)] < _CTX["top"][0][0])]
+    return fitting[~(bound[inverse.reshape(-1)] < _floor())]
 
 
 def _blocks(tasks: list[T]) -> list[list[T]]:
@@ -271,6 +294,21 @@ def _blocks(tasks: list[T]) -> list[list[T]]:
     return out
 
 
+@contextmanager
+def _collector_off() -> Iterator[None]:
+    """Python's cyclic collector off for a sweep: the sweep makes millions of short-lived objects beside large
+    caches, which each collection rescans (15 % of the main job's single-process sweep, 19 % of DeepSeek-V3's,
+    measured 2026-12-02), and in forked workers it writes to every inherited object (copying the parent's
+    pages). Reference counting still frees the sweep's objects: its peak memory did not move (366 MB)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _checked(step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """`step(*args, **kwargs)` unless the caller stopped the sweep (`oracle.cancel`)."""
     checkpoint()
@@ -282,10 +320,22 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
     """The top-k of every legal point, then those of the next `KEEP` within `within` of the best (module doc);
     `progress(done, total)` is called as layouts complete. A stopped caller (`oracle.cancel`) ends it between
     layouts with `Cancelled`."""
+    with _collector_off():
+        return _sweep(workload, cluster, top_k, within, jobs, progress)
+
+
+def _context_order(layout: dict) -> tuple[int, ...]:
+    """Layouts that share a layer context (TP, CP, EP, ETP, MBS; not PP) side by side, so one worker takes their
+    context's fastest block times (`bound._fastest_times`) once for all of them."""
+    return layout["tp"], layout["cp"], layout["ep"], layout["etp"], layout["mbs"]
+
+
+def _sweep(workload: Workload, cluster: ClusterSpec, top_k: int, within: float, jobs: int | None,
+           progress: Callable[[int, int], None] | None) -> SweepResult:
     start = time.perf_counter()
     ranks = top_k + (KEEP if within > 0 else 0)
     _init(workload, cluster, ranks)
-    candidates = list(candidate_layouts(workload, cluster, _CTX["menu"]))
+    candidates = sorted(candidate_layouts(workload, cluster, _CTX["menu"]), key=_context_order)
     chunks = [candidates[i:i + BLOCK] for i in range(0, len(candidates), BLOCK)]
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(_blocks(candidates)) or 1))
     counts = [0, 0, 0, 0, 0]
@@ -310,11 +360,13 @@ def sweep(workload: Workload, cluster: ClusterSpec, *, top_k: int = 10, within: 
     if jobs == 1:
         absorb(map(_score_block, ranked_blocks(map(_layout_bounds, chunks))))
     else:
-        # The first chunk's bounds here: forked workers then start with Origami's torch and the oracle's caches
-        # warm; the other chunks' bounds are taken by the pool, as the blocks are scored.
+        # The first chunk's bounds and the compiled timeline here: forked workers then start with Origami's torch,
+        # the timeline and the oracle's caches warm; the other chunks' bounds are taken by the pool.
         first = _checked(_layout_bounds, chunks[0])
+        prepare_timeline()
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-        with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, ranks)) as pool:
+        shared = ctx.Value("d", -np.inf)
+        with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, ranks, shared)) as pool:
             blocks = ranked_blocks(chain([first], pool.imap(_layout_bounds, chunks[1:])))
             absorb(pool.imap_unordered(_score_block, blocks))
     _, space_size, fits, scored, pruned = counts
