@@ -9,10 +9,13 @@ import pytest
 from paratune.oracle.constraints import rule_violations, search_rules
 from paratune.oracle.evaluate import evaluate_config
 from paratune.oracle.legality import validate
+from paratune.oracle.performance.bound import mean_rank_bounds
 from paratune.oracle.specs import TrialConfig
 from paratune.planner.search import sweep as sweep_module
 from paratune.planner.search.seed_plan import seed_plan
 from paratune.planner.search.space import (
+    bound_group,
+    bound_variants,
     enumerate_layouts,
     enumerate_space,
     knob_points,
@@ -112,6 +115,23 @@ def test_sweep_prunes_yet_matches_brute_force_on_a_mixtral_slice(monkeypatch):
         assert _ranking(result) == brute, jobs
         assert result.space_size == len(points)
         assert result.pruned > result.space_size / 2
+
+
+@pytest.mark.parametrize("name", ["mixtral", "deepseek", "llama70b"])
+def test_layouts_of_one_bound_group_have_one_cheap_bound(name):
+    """The sweep takes the cheap bound once per `bound_group` (VPP, schedule and split left out); every layout of a
+    group, bounded on its own first point, gives that same bound (a sample of groups of each shipped space)."""
+    w, c = example(name)
+    m = menu(w, c)
+    groups: dict[tuple, list[dict]] = {}
+    for layout in enumerate_layouts(w, c):
+        groups.setdefault(bound_group(w, layout), []).append(layout)
+    many = [g for g in groups.values() if len(g) > 1]
+    assert len(many) > 10  # the shortcut has work to do: groups of layouts that differ in VPP, schedule or split
+    for group in many[:: max(1, len(many) // 40)]:
+        cfgs = [w.effective(next(knob_points(*layout_knobs(w, x, m)))) for x in group[:12]]
+        bounds = mean_rank_bounds(w.model, cfgs, c, variants=bound_variants(m))
+        assert len(set(bounds)) == 1, group[:12]
 
 
 def test_parallel_sweep_matches_serial(llama8b_sweep):

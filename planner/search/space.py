@@ -218,6 +218,15 @@ def layout_knobs(workload: Workload, layout: dict, m: Menu) -> tuple[dict, Menu,
     return layout, m, _moe_ep(workload, layout), _sp(workload, layout)
 
 
+def bound_group(workload: Workload, layout: dict) -> tuple:
+    """What the cheap bound of a layout reads of it (`oracle.performance.bound.mean_rank_bounds` on its first point:
+    the layer context, PP, micro-batches, DP sharding and the blocks all the stages hold together, which neither
+    the VPP, the schedule nor the split moves), with its knob class (which decides its first point's settings):
+    layouts with one group have one cheap bound (tests/test_search.py checks it on the shipped spaces)."""
+    return (layout["tp"], layout["pp"], layout["cp"], layout["ep"], layout["etp"], layout["mbs"],
+            _knob_class(layout, _moe_ep(workload, layout), _sp(workload, layout)))
+
+
 def enumerate_layouts(workload: Workload, cluster: ClusterSpec) -> Iterator[dict]:
     """Yield every legal parallel layout (the axes before the feature knobs) with at least one legal
     feature-knob point, in a fixed order (`candidate_layouts`' that `has_points`)."""

@@ -60,6 +60,7 @@ from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Work
 
 from .space import (
     base_config,
+    bound_group,
     bound_variants,
     candidate_layouts,
     has_points,
@@ -118,9 +119,12 @@ def _layout_bounds(candidates: list[dict]) -> list[tuple[dict, float]]:
     where it is scored, `_timeline_pruned`)."""
     workload, cluster, m = _CTX["workload"], _CTX["cluster"], _CTX["menu"]
     layouts = [x for x in candidates if has_points(workload, cluster, x, m)]
-    cfgs = _layout_configs(layouts)
-    bounds = mean_rank_bounds(workload.model, cfgs, cluster, variants=_CTX["variants"])
-    return list(zip(layouts, _tps(cfgs, bounds)))
+    groups: dict[tuple, dict] = {}  # one layout per `bound_group`: the group's cheap bound is taken on it
+    for x in layouts:
+        groups.setdefault(bound_group(workload, x), x)
+    cfgs = _layout_configs(list(groups.values()))
+    bounds = dict(zip(groups, _tps(cfgs, mean_rank_bounds(workload.model, cfgs, cluster, variants=_CTX["variants"]))))
+    return [(x, bounds[bound_group(workload, x)]) for x in layouts]
 
 
 def _layout_configs(layouts: list[dict]) -> list[EffectiveConfig]:
