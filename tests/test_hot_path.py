@@ -220,10 +220,11 @@ MOE_KNOBS = dict(dispatch=("allgather", "alltoall", "deepep", "hybridep"), group
 
 
 @pytest.mark.parametrize("name", ["deepseek", "mixtral", "llama70b"])
-def test_dense_blocks_read_no_moe_knob(name):
+def test_shared_blocks_read_no_knob_they_are_shared_over(name):
     # A dense layer, a layer's attention block, the embedding and the output head are timed in the context's
-    # dense view, which shares them between contexts that differ in MoE knobs alone. The plain definition:
-    # each timed in the context itself, with its MoE knobs set at random (the layer functions, uncached).
+    # dense view, which shares them between contexts that differ in MoE knobs alone, and a MoE layer's body in
+    # its overlap-free view. The plain definition: each timed in the context itself, with the knobs it is
+    # shared over set at random (the layer functions, uncached).
     w, c = example(name)
     rng = random.Random(23)
     for trial in sample(w, c, 30):
@@ -239,3 +240,6 @@ def test_dense_blocks_read_no_moe_knob(name):
                 assert layers._attention_block.__wrapped__(ctx, moe) == layers._attention_block.__wrapped__(view, moe)
             assert layers._embedding.__wrapped__(ctx) == layers._embedding.__wrapped__(view)
             assert layers._output_head.__wrapped__(ctx) == layers._output_head.__wrapped__(view)
+            if w.model.is_moe:  # a MoE layer's body is timed without the TP and EP overlaps, which it never reads
+                both = replace(ctx, tp_overlap=rng.choice((False, True)), ep_overlap=True)
+                assert layers._moe_body.__wrapped__(both) == layers._moe_body.__wrapped__(both.overlap_free)

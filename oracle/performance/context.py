@@ -60,6 +60,13 @@ class Ctx:
                        op_fuser=False, shared_overlap=False, sync_free=False, ep_overlap=False)
 
     @cached_property
+    def overlap_free(self) -> Ctx:
+        """This context with the TP and EP communication overlaps off: a MoE layer's attention, experts and shared
+        experts read neither (only its TP collectives and the EP overlap's pairing do), so the overlap settings
+        share them (`layers._moe_body`; tests/test_hot_path.py)."""
+        return replace(self, tp_overlap=False, ep_overlap=False)
+
+    @cached_property
     def gemm(self) -> GemmBackend:
         return gemm_backend(self.gpu, self.c)
 

@@ -302,6 +302,19 @@ def _attention_block(ctx: Ctx, moe: bool) -> tuple[Work, tuple[float, float]]:
     return w.build(), gemm
 
 
+@lru_cache(maxsize=8192)
+def _moe_body(ctx: Ctx) -> tuple[Work, tuple[float, float]]:
+    """A MoE layer's attention block, routed and shared experts, and its TP regions' (forward, backward) GEMM ms:
+    all but its TP collectives and the EP overlap, taken without the overlaps (it reads neither), so their
+    settings share it."""
+    attention, gemm = _attention_block(ctx.dense_view, True)
+    w = Builder.of(attention)
+    _experts(ctx, w)
+    if ctx.shape.shared_ffn:
+        gemm = _shared_experts(ctx, w, gemm)
+    return w.build(), gemm
+
+
 def _plus_since(gemm: tuple[float, float], now: tuple[float, float], before: tuple[float, float]
                 ) -> tuple[float, float]:
     """`gemm` plus the (forward, backward) GEMM ms added between `before` and `now`."""
@@ -317,17 +330,16 @@ def transformer_layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
 @lru_cache(maxsize=8192)
 def _layer(ctx: Ctx, moe: bool, params: tuple[float, float]) -> Work:
     attention, gemm = _attention_block(ctx.dense_view, moe)  # then the dense MLP or the shared experts' TP GEMMs
-    w = Builder.of(attention)
-    pre_f = w.forward_ms()
-    pre = (pre_f, sum(w.b), sum(w.w))
+    pre_f = sum(attention.f)
+    pre = (pre_f, sum(attention.b), sum(attention.w))
     if moe:
-        _experts(ctx, w)
-        if ctx.shape.shared_ffn:
-            gemm = _shared_experts(ctx, w, gemm)
+        body, gemm = _moe_body(ctx.overlap_free)
+        w = Builder.of(body)
         _tp_collectives(ctx, w, 1 + (1 if ctx.shape.shared_ffn else 0), gemm)
         if ctx.ep_overlap:
             _ep_overlap(ctx, w, pre)
     else:
+        w = Builder.of(attention)
         start, before = w.forward_ms(), w.gemm()
         _mlp(ctx, w, ctx.shape.ffn)
         gemm = _plus_since(gemm, w.gemm(), before)
