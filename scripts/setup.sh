@@ -12,6 +12,15 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e ".[test,benchmark,llm]"
+# The pipeline timeline's loop is compiled at install (setup.py; gcc and the Python headers): without it the
+# oracle is right but its timelines run interpreted, about 30 times slower.
+if ! .venv/bin/python -c "import sys; from paratune.oracle.performance import timeline; sys.exit(not timeline.compiled)"; then
+  if [ "${PARATUNE_REQUIRE_ALL:-0}" = "1" ]; then
+    echo "setup: the timeline extension did not compile and PARATUNE_REQUIRE_ALL=1" >&2
+    exit 1
+  fi
+  echo "setup: the timeline extension did not compile (no C compiler?); timelines run interpreted" >&2
+fi
 # The type checker reads the import names the code uses (paratune.<folder>) from links to the folders:
 # mypy does not run the editable install's import hook.
 mkdir -p .venv/typecheck/paratune

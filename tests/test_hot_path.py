@@ -9,9 +9,12 @@ is the unshortened definition, evaluated here.
 
 from __future__ import annotations
 
+import importlib.machinery
 import itertools
 import random
+import types
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -199,18 +202,22 @@ def test_kept_timeline_ends_are_the_computed_ones(monkeypatch):
                                                ("interleaved", 2, 3, 6, True), ("zb", 3, 1, 9, False),
                                                ("zbv", 2, 2, 6, False)])
 def test_compiled_timeline_is_its_python_source(name, p, v, m, paired):
-    # `timeline.rank_ends` runs `timeline._ends` as machine code (numba); the interpreter running the same source
-    # gives the same bits (IEEE additions and comparisons in one order, no fast-math), on random durations and
-    # p2p times of many layouts at once.
+    # `timeline.py` is compiled at install (Cython's pure-Python mode, setup.py); the interpreter running the same
+    # source gives the same bits (IEEE additions and comparisons in one order, no fast-math), on random durations
+    # and p2p times of many layouts at once.
+    source = Path(timeline.__file__).with_name("timeline.py")
+    loader = importlib.machinery.SourceFileLoader("timeline_as_written", str(source))
+    interpreted = types.ModuleType(loader.name)
+    loader.exec_module(interpreted)
+    assert not interpreted.compiled
     program = schedule._program(name, p, v, m, paired)
     rng = np.random.default_rng(p * 100 + v * 10 + m)
     durations = rng.uniform(0.1, 2.0, (int(program[1].max()) + 1, 7))
     edges = rng.uniform(0.0, 0.1, (schedule.virtual_stages(name, p, v), 7))
     edges[-1] = 0.0  # the "no transfer" edge (`timeline_inputs`)
-    compiled = timeline.rank_ends(program, durations, edges, p)
-    interpreted = timeline._ends(*program, durations.T.copy(), edges.T.copy(), p).T
-    assert compiled.shape == (p, 7)
-    assert np.array_equal(compiled, interpreted)
+    got = timeline.rank_ends(program, durations, edges, p)
+    assert got.shape == (p, 7)
+    assert np.array_equal(got, interpreted.rank_ends(program, durations, edges, p))
 
 
 # Every value the MoE-only fields of a context can take (`Ctx.dense_view` sets them to one).

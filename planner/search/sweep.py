@@ -55,7 +55,6 @@ from paratune.oracle.memory.parts import SettingPart, layout_part, setting_part
 from paratune.oracle.performance import tokens_per_s_per_gpu
 from paratune.oracle.performance.bound import iteration_bounds, mean_rank_bounds
 from paratune.oracle.performance.simulate import simulated_tokens_per_s_per_gpu_batch
-from paratune.oracle.performance.timeline import prepare as prepare_timeline
 from paratune.oracle.specs import ClusterSpec, EffectiveConfig, EvalResult, Workload
 
 from .space import (
@@ -364,10 +363,9 @@ def _sweep(workload: Workload, cluster: ClusterSpec, top_k: int, within: float, 
     if jobs == 1:
         absorb(map(_score_block, ranked_blocks(map(_layout_bounds, chunks))))
     else:
-        # The first chunk's bounds and the compiled timeline here: forked workers then start with Origami's torch,
-        # the timeline and the oracle's caches warm; the other chunks' bounds are taken by the pool.
+        # The first chunk's bounds here: forked workers then start with Origami's torch and the oracle's caches
+        # warm; the other chunks' bounds are taken by the pool, as the blocks are scored.
         first = _checked(_layout_bounds, chunks[0])
-        prepare_timeline()
         ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
         shared = ctx.Value("d", -np.inf)
         with ctx.Pool(jobs, initializer=_init, initargs=(workload, cluster, ranks, shared)) as pool:
