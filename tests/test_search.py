@@ -114,7 +114,8 @@ def test_sweep_prunes_yet_matches_brute_force_on_a_mixtral_slice(monkeypatch):
         result = sweep(w, c, top_k=5, jobs=jobs)
         assert _ranking(result) == brute, jobs
         assert result.space_size == len(points)
-        assert result.pruned > result.space_size / 2
+        if jobs == 1:  # what two workers prune depends on which of them scores what first
+            assert result.pruned > result.space_size / 2
 
 
 @pytest.mark.parametrize("name", ["mixtral", "deepseek", "llama70b"])

@@ -144,12 +144,12 @@ def _tps(cfgs: list[EffectiveConfig], iteration_ms: list[float]) -> list[float]:
     return [tokens_per_s_per_gpu(cfg, world, t) for cfg, t in zip(cfgs, iteration_ms)]
 
 
-def _timeline_pruned(layouts: list[dict]) -> list[bool]:
-    """Whether each layout's timeline bound (`iteration_bounds` over every feature knob, taken together) loses
-    against this worker's top-k; none does before it is full."""
-    if _floor() == -np.inf or not layouts:
-        return [False] * len(layouts)
-    return [_loses(tps) for tps in _bound_tps(_layout_configs(layouts), any_knobs=True)]
+def _timeline_pruned(firsts: list[EffectiveConfig]) -> list[bool]:
+    """Whether the timeline bound (`iteration_bounds` over every feature knob, taken together) of each layout,
+    given by its first point, loses against the floor; none does before there is one (`_floor`)."""
+    if _floor() == -np.inf or not firsts:
+        return [False] * len(firsts)
+    return [_loses(tps) for tps in _bound_tps(firsts, any_knobs=True)]
 
 
 def _floor() -> float:
@@ -206,11 +206,12 @@ def _score_block(tasks: list[tuple[dict, float]]) -> tuple[int, int, int, int, i
             continue
         layouts.append(layout)
         ids.append(these)
-    beaten = _timeline_pruned(layouts)
-    pruned += sum(len(x) for x, lost in zip(ids, beaten) if lost)
-    layouts = [x for x, lost in zip(layouts, beaten) if not lost]
-    ids = [x for x, lost in zip(ids, beaten) if not lost]
     bases = [base_config(workload, x) for x in layouts]
+    # each layout's first point (`_layout_configs`' config, built from the layout's resolve: `point_configs`)
+    firsts = [point_configs(workload, m, x, base, these[:1])[0] for x, base, these in zip(layouts, bases, ids)]
+    kept = [i for i, lost in enumerate(_timeline_pruned(firsts)) if not lost]
+    pruned += sum(len(x) for x in ids) - sum(len(ids[i]) for i in kept)
+    layouts, bases, ids = [layouts[i] for i in kept], [bases[i] for i in kept], [ids[i] for i in kept]
     li = np.repeat(np.arange(len(layouts)), [len(x) for x in ids])
     si = np.concatenate(ids) if ids else np.zeros(0, dtype=np.intp)
 
