@@ -250,3 +250,22 @@ def test_shared_blocks_read_no_knob_they_are_shared_over(name):
             if w.model.is_moe:  # a MoE layer's body is timed without the TP and EP overlaps, which it never reads
                 both = replace(ctx, tp_overlap=rng.choice((False, True)), ep_overlap=True)
                 assert layers._moe_body.__wrapped__(both) == layers._moe_body.__wrapped__(both.overlap_free)
+
+
+def test_a_replaced_context_is_the_dataclass_replace():
+    # `Ctx.replaced` copies the fields instead of running the frozen __init__: the same context (fields, equality,
+    # hash) as `dataclasses.replace`, none of the original's cached values carried over, unknown fields refused.
+    w, c = example("deepseek")
+    rng = random.Random(5)
+    for trial in sample(w, c, 10):
+        cfg = w.effective(trial)
+        ctx = layer_context(model_shape(w.model), cfg, c, constants(c.gpu), layout_facts(w.model, cfg, c.world_size))
+        assert ctx.dense_view is ctx.dense_view  # computed once, kept on the object
+        changes = {k: rng.choice(v) for k, v in MOE_KNOBS.items()} | {"tp_overlap": rng.choice((False, True)),
+                                                                      "fp8": rng.choice((False, True))}
+        got, want = ctx.replaced(**changes), replace(ctx, **changes)
+        assert got == want and hash(got) == hash(want)
+        assert got.__dict__ == want.__dict__  # fields only: no view of the original rides along
+        assert got.dense_view == want.dense_view
+    with pytest.raises(TypeError):
+        ctx.replaced(no_such_field=1)

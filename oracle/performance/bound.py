@@ -22,7 +22,7 @@ It takes simulate's own steps on the fastest version of each piece, and no step 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
 from typing import NamedTuple
@@ -198,7 +198,7 @@ def _fastest_times(ctx: Ctx, variants: KnobVariants) -> Times:
     dispatch = variants.dispatch if ctx.ep > 1 else (ctx.dispatch,)
     tp_overlaps = variants.tp_overlap if ctx.tp > 1 else (False,)
     ep_overlaps = variants.ep_overlap if ctx.ep > 1 else (False,)
-    every = [paired_passes(replace(ctx, fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), False)
+    every = [paired_passes(ctx.replaced(fp8=fp8, dispatch=d, tp_overlap=tpo, ep_overlap=epo), False)
              for fp8, d, tpo, epo in product(fp8s, dispatch, tp_overlaps, ep_overlaps)]
     return tuple((min(x[0] for x in versions), min(x[1] for x in versions), min(x[2] for x in versions))
                  for versions in zip(*every))

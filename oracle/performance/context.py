@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from functools import cached_property
 
 from ..model_shape import ModelShape
@@ -50,21 +50,31 @@ class Ctx:
         """Tokens per rank outside the TP region (sharded over TP under sequence parallelism)."""
         return self.tokens / self.tp if self.sp else float(self.tokens)
 
+    def replaced(self, **changes: object) -> Ctx:
+        """`dataclasses.replace(self, **changes)`, built by copying the fields (no cached value) instead of running the
+        frozen `__init__` over thirty of them: 9 µs a copy, and the search's bound takes three per knob variant
+        of a context (`bound._fastest_times`, the views below); tests/test_hot_path.py checks the two agree."""
+        if not _FIELD_SET.issuperset(changes):
+            raise TypeError(f"Ctx has no field {sorted(set(changes) - _FIELD_SET)}")
+        new = object.__new__(Ctx)
+        new.__dict__.update({name: self.__dict__[name] for name in _FIELDS}, **changes)
+        return new
+
     @cached_property
     def dense_view(self) -> Ctx:
         """This context with its MoE-only knobs (dispatch, grouped and legacy GEMMs, permute fusion, op fuser,
         shared-expert and EP overlap, sync-free stages) at one setting: a dense layer, the embedding and the
         output head read none of them, so contexts that differ in those alone time these blocks once
         (`layers.transformer_layer`, `embedding`, `output_head`; tests/test_dense_view.py)."""
-        return replace(self, dispatch="alltoall", grouped_gemm=True, legacy_grouped=False, permute_fusion=False,
-                       op_fuser=False, shared_overlap=False, sync_free=False, ep_overlap=False)
+        return self.replaced(dispatch="alltoall", grouped_gemm=True, legacy_grouped=False, permute_fusion=False,
+                             op_fuser=False, shared_overlap=False, sync_free=False, ep_overlap=False)
 
     @cached_property
     def overlap_free(self) -> Ctx:
         """This context with the TP and EP communication overlaps off: a MoE layer's attention, experts and shared
         experts read neither (only its TP collectives and the EP overlap's pairing do), so the overlap settings
         share them (`layers._moe_body`; tests/test_hot_path.py)."""
-        return replace(self, tp_overlap=False, ep_overlap=False)
+        return self.replaced(tp_overlap=False, ep_overlap=False)
 
     @cached_property
     def gemm(self) -> GemmBackend:
@@ -104,3 +114,7 @@ class Ctx:
         runs BF16 whatever `fp8` says; TE's grouped and sequential linears take FP8 (megatron-core 0.16.1
         transformer/moe/experts.py)."""
         return HALF if self.legacy_grouped else self.linear_dtype()
+
+
+_FIELDS = tuple(f.name for f in fields(Ctx))
+_FIELD_SET = frozenset(_FIELDS)
