@@ -118,12 +118,11 @@ def _layout_bounds(candidates: list[dict]) -> list[tuple[dict, float]]:
     where it is scored, `_timeline_pruned`)."""
     workload, cluster, m = _CTX["workload"], _CTX["cluster"], _CTX["menu"]
     layouts = [x for x in candidates if has_points(workload, cluster, x, m)]
-    groups: dict[tuple, dict] = {}  # one layout per `bound_group`: the group's cheap bound is taken on it
-    for x in layouts:
-        groups.setdefault(bound_group(workload, x), x)
+    keys = [bound_group(workload, x) for x in layouts]
+    groups = dict(zip(reversed(keys), reversed(layouts)))  # one layout per group (its first): its cheap bound
     cfgs = _layout_configs(list(groups.values()))
     bounds = dict(zip(groups, _tps(cfgs, mean_rank_bounds(workload.model, cfgs, cluster, variants=_CTX["variants"]))))
-    return [(x, bounds[bound_group(workload, x)]) for x in layouts]
+    return [(x, bounds[k]) for x, k in zip(layouts, keys)]
 
 
 def _layout_configs(layouts: list[dict]) -> list[EffectiveConfig]:
