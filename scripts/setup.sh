@@ -13,7 +13,7 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e ".[test,benchmark,llm]"
 # The pipeline timeline's loop is compiled at install (setup.py; gcc and the Python headers): without it the
-# oracle is right but its timelines run interpreted, about 30 times slower.
+# oracle is right but its timelines run interpreted, 33 to 170 times slower (docs/install.md).
 if ! .venv/bin/python -c "import sys; from paratune.oracle.performance import timeline; sys.exit(not timeline.compiled)"; then
   if [ "${PARATUNE_REQUIRE_ALL:-0}" = "1" ]; then
     echo "setup: the timeline extension did not compile and PARATUNE_REQUIRE_ALL=1" >&2
