@@ -6,9 +6,9 @@ with the scalar and the batched run in alternating order:
   (evaluations/s; the layouts' EffectiveConfig objects are built before the clock starts);
 - simulate: `simulated_tokens_per_s_per_gpu_batch` (the timelines of one pipeline program run together) over the
   legal layouts of that grid against `simulated_tokens_per_s_per_gpu` on each (evaluations/s);
-- bounds: the sweep's layout bounds (`iteration_bounds`, BLOCK layouts at a time, the timelines of one
-  pipeline shape run together) against `iteration_bound` layout by layout (ms per layout), over the first
-  LAYOUTS legal layouts of the example's search space.
+- bounds: the timeline bound the sweep takes of the layouts it scores (`iteration_bounds`, BLOCK layouts at a
+  time, the timelines of one pipeline shape run together) against `iteration_bound` layout by layout (ms per
+  layout), over the first LAYOUTS legal layouts of the example's search space.
 Prints one line per example, then the medians over the examples as the last line.
 """
 
