@@ -10,11 +10,18 @@ PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".[test,benchmark,llm]"
-# The pipeline timeline's loop is compiled at install (setup.py; gcc and the Python headers): without it the
-# oracle is right but its timelines run interpreted, 33 to 170 times slower (docs/install.md).
-if ! .venv/bin/python -c "import sys; from paratune.oracle.performance import timeline; sys.exit(not timeline.compiled)"; then
+# The editable install follows the code; what it builds (the package's dependencies and the pipeline timeline's
+# loop, compiled by setup.py with gcc and the Python headers) is redone only when what it is built from changed
+# or the compiled loop is missing (a re-run otherwise spends ~10 s recompiling the same C). Without the compiled
+# loop the oracle is right but its timelines run interpreted, 33 to 170 times slower (docs/install.md).
+compiled() { .venv/bin/python -c "import sys; from paratune.oracle.performance import timeline; sys.exit(not timeline.compiled)" 2>/dev/null; }
+built_from=$(cat pyproject.toml setup.py oracle/performance/timeline.py | sha256sum)
+if [ "$(cat .venv/.paratune-built-from 2>/dev/null)" != "$built_from" ] || ! compiled; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e ".[test,benchmark,llm]"
+  echo "$built_from" > .venv/.paratune-built-from
+fi
+if ! compiled; then
   if [ "${PARATUNE_REQUIRE_ALL:-0}" = "1" ]; then
     echo "setup: the timeline extension did not compile and PARATUNE_REQUIRE_ALL=1" >&2
     exit 1
