@@ -211,6 +211,12 @@ def test_compiled_timeline_is_its_python_source(name, p, v, m, paired):
     loader.exec_module(interpreted)
     assert not interpreted.compiled
     program = schedule._program(name, p, v, m, paired)
+    V = schedule.virtual_stages(name, p, v)
+    orders = schedule.rank_orders(name, p, v, m, paired)
+    owner = [schedule.rank_of(name, p, vs) for vs in range(V)]
+    written = interpreted.program_order(orders, owner, schedule.BASE_KIND, V, m)
+    assert all(np.array_equal(a, b) for a, b in zip(program, written))
+    assert len(program[0]) == sum(len(order) for order in orders)
     rng = np.random.default_rng(p * 100 + v * 10 + m)
     durations = rng.uniform(0.1, 2.0, (int(program[1].max()) + 1, 7))
     edges = rng.uniform(0.0, 0.1, (schedule.virtual_stages(name, p, v), 7))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ..cancel import checkpoint
-from .timeline import rank_ends
+from .timeline import program_order, rank_ends
 
 F, B, W = 0, 1, 2
 FS, BS = 3, 4  # a forward and a backward without a combined-1F1B partner (`paired` schedules)
@@ -147,49 +147,19 @@ def rank_orders(schedule: str, p: int, v: int, m: int, paired: bool = False) -> 
 @lru_cache(maxsize=1024)
 def _program(schedule: str, p: int, v: int, m: int, paired: bool = False
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Topologically ordered ops as parallel integer arrays (rank, duration index, dependency, edge index).
+    """Topologically ordered ops as parallel integer arrays (rank, duration index, dependency, edge index): each
+    rank's ops in its order, each after the op it depends on (`timeline.program_order`; any such order gives
+    the timeline the same sums).
 
     Duration index = kind·V + vs (a solo FS or BS its own, `timeline_inputs`); the edge index picks the p2p
     time of a stage boundary (V-1 means none: same rank or no dependency)."""
     V = virtual_stages(schedule, p, v)
     orders = rank_orders(schedule, p, v, m, paired)
-    placed: dict[tuple[int, int, int], int] = {}
-    ranks: list[int] = []
-    durs: list[int] = []
-    deps: list[int] = []
-    edges: list[int] = []
-    ptr = [0] * p
-    remaining = sum(len(o) for o in orders)
-    while remaining:
-        checkpoint()  # a caller that gave up (oracle/cancel.py) stops the timeline here
-        progressed = False
-        for r in range(p):
-            order = orders[r]
-            while ptr[r] < len(order):
-                dur_kind, vs, mb = order[ptr[r]]
-                kind = BASE_KIND[dur_kind]
-                op = (kind, vs, mb)
-                if kind == F:
-                    dep, edge = ((F, vs - 1, mb), vs - 1) if vs else (None, V - 1)
-                elif kind == B:
-                    dep, edge = ((B, vs + 1, mb), vs) if vs < V - 1 else ((F, vs, mb), V - 1)
-                else:
-                    dep, edge = None, V - 1
-                if dep is not None and dep not in placed:
-                    break
-                if dep is not None and rank_of(schedule, p, dep[1]) == r:
-                    edge = V - 1
-                placed[op] = len(ranks)
-                ranks.append(r)
-                durs.append(dur_kind * V + vs)
-                deps.append(-1 if dep is None else placed[dep])
-                edges.append(edge)
-                ptr[r] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            raise RuntimeError(f"{schedule} schedule deadlocks at p={p} v={v} m={m}")
-    return tuple(np.array(x, dtype=np.int64) for x in (ranks, durs, deps, edges))  # type: ignore[return-value]
+    checkpoint()  # a caller that gave up (oracle/cancel.py) stops the timeline here
+    program = program_order(orders, [rank_of(schedule, p, vs) for vs in range(V)], BASE_KIND, V, m)
+    if len(program[0]) < sum(len(order) for order in orders):
+        raise RuntimeError(f"{schedule} schedule deadlocks at p={p} v={v} m={m}")
+    return program
 
 
 def timeline_inputs(schedule: str, f: tuple[float, ...], b: tuple[float, ...], w: tuple[float, ...],
