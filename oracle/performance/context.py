@@ -65,7 +65,7 @@ class Ctx:
         """This context with its MoE-only knobs (dispatch, grouped and legacy GEMMs, permute fusion, op fuser,
         shared-expert and EP overlap, sync-free stages) at one setting: a dense layer, the embedding and the
         output head read none of them, so contexts that differ in those alone time these blocks once
-        (`layers.transformer_layer`, `embedding`, `output_head`; tests/test_dense_view.py)."""
+        (`layers.transformer_layer`, `embedding`, `output_head`; tests/test_hot_path.py)."""
         return self.replaced(dispatch="alltoall", grouped_gemm=True, legacy_grouped=False, permute_fusion=False,
                              op_fuser=False, shared_overlap=False, sync_free=False, ep_overlap=False)
 

@@ -49,7 +49,7 @@ from pydantic import BaseModel
 
 from paratune.oracle.cancel import checkpoint
 from paratune.oracle.evaluate import evaluate_config
-from paratune.oracle.layout import features
+from paratune.oracle.layout import features, microbatch_count, replicas
 from paratune.oracle.memory.estimate import estimate_points
 from paratune.oracle.memory.parts import SettingPart, layout_part, setting_part
 from paratune.oracle.performance import tokens_per_s_per_gpu
@@ -299,8 +299,8 @@ def _expected_order(task: tuple[dict, float]) -> float:
     never the result."""
     layout, tps = task
     pp, v = layout["pp"], layout["vpp"] or 1
-    dp = _CTX["cluster"].world_size // (layout["tp"] * pp * layout["cp"])
-    m = _CTX["workload"].training.global_batch_size // (dp * layout["mbs"])
+    dp = replicas(_CTX["cluster"].world_size, layout["tp"] * pp * layout["cp"])
+    m = microbatch_count(_CTX["workload"].training.global_batch_size, layout["mbs"], dp)
     return -tps / (1 + _BUBBLE_SHARE[layout["pp_schedule"]] * (pp - 1) / (v * m))
 
 
