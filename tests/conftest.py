@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from paratune.oracle.inputs import load_cluster, load_workload
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 CALIBRATION_DATA = ROOT / "calibration" / "data"
+PARATUNE = str(Path(sys.executable).parent / "paratune")  # the console script of the venv running the tests
 
 # Each shipped workload with the cluster it was written for.
 EXAMPLE_PAIRS = {

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, PARATUNE
 
-PARATUNE = str(Path(sys.executable).parent / "paratune")
 MIXTRAL = ["--workload", str(EXAMPLES / "workloads" / "mixtral-8x22b-mi355x.yaml"),
            "--target-cluster", str(EXAMPLES / "clusters" / "mi355x-4n.yaml")]
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from dspy.utils import DummyLM
 
 from paratune.ledger import Ledger
 from paratune.planner.investigator.mcp_client import ServerConnection
 
+from .conftest import PARATUNE
 from .test_investigator_common import (
     FITS,
     RecordingLM,
@@ -170,8 +170,7 @@ def test_the_client_never_imports_the_oracle():
 
 def test_rlm_without_a_sandbox_is_refused_before_any_work(tmp_path):
     workload, cluster = inputs(tmp_path / "inputs")
-    paratune = str(Path(sys.executable).parent / "paratune")
-    proc = subprocess.run([paratune, "tune", "--workload", str(workload), "--target-cluster", str(cluster),
+    proc = subprocess.run([PARATUNE, "tune", "--workload", str(workload), "--target-cluster", str(cluster),
                            "--out-dir", str(tmp_path / "out"), "--dry-run", "--agent-loop", "rlm"],
                           capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
     assert proc.returncode == 2 and "deno is not on PATH" in proc.stderr and "--allow-local-interpreter" in proc.stderr

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from paratune.calibration.rows import load_rows
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, PARATUNE
 
-PARATUNE = str(Path(sys.executable).parent / "paratune")
 RECIPE_ROW, TUNED_ROW = "MB-H22", "MBCARD-Q3-30B-H100-BF16"
 
 

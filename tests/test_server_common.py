@@ -7,7 +7,6 @@ import os
 import queue
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,9 +24,8 @@ from paratune.server.app import ParatuneServer, build_server
 from paratune.server.paths import AllowedRoots
 from paratune.server.session import Session
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, PARATUNE
 
-PARATUNE = str(Path(sys.executable).parent / "paratune")
 LLAMA8B = EXAMPLES / "workloads" / "llama3-8b-mi300x.yaml"
 MI300X_1N = EXAMPLES / "clusters" / "mi300x-1n.yaml"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,10 @@ from paratune.oracle.model_shape import model_shape
 from paratune.oracle.specs import TrialConfig
 from paratune.oracle.specs.search import SearchConstraints
 
-from .conftest import EXAMPLES, example
+from .conftest import EXAMPLES, PARATUNE, example
 from .test_server_common import in_process, portal_client
 
 H100_32N = EXAMPLES / "clusters" / "h100-32n.yaml"
-PARATUNE = str(Path(sys.executable).parent / "paratune")
 
 
 def workload(tmp_path: Path, text: str, name: str = "w.yaml"):

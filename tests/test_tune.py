@@ -8,7 +8,6 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,9 +16,7 @@ import pytest
 from paratune.oracle.inputs import load_workload
 from paratune.planner.cli import main
 
-from .conftest import EXAMPLES, example
-
-PARATUNE = str(Path(sys.executable).parent / "paratune")
+from .conftest import EXAMPLES, PARATUNE, example
 
 
 def args(name: str, out: Path, *extra: str) -> list[str]:
