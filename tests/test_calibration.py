@@ -75,8 +75,8 @@ def test_each_blackwell_die_fits_its_efficiencies_on_its_own_rows():
     """B300/GB300 (Blackwell Ultra) and B200/GB200 state the same dense BF16/FP8 peaks in the catalog, yet
     the published runs of one model, source and recipe family are 14-28 % faster on GB300 than on GB200
     (moe_throughput.csv, Megatron-Bridge 26.08 summary and Megatron-LM's moe_recipes README): what each die
-    reaches of the same peak differs, so each fits its own efficiencies; the host's launch cost and the TP
-    collectives' exposure are fitted over both (calibration/fit.py GROUPS)."""
+    reaches of the same peak differs, so each fits its own efficiencies; the host's launch costs (x86 boards
+    and Grace NVL72 racks apart) and the TP collectives' exposure are fitted over both (calibration/fit.py GROUPS)."""
     from paratune.oracle.catalog import gpu
 
     rows = load_rows()
@@ -85,7 +85,7 @@ def test_each_blackwell_die_fits_its_efficiencies_on_its_own_rows():
     assert set(fit.group_rows(rows, "blackwell-shared")) == set(
         fit.group_rows(rows, "blackwell") + fit.group_rows(rows, "blackwell-ultra"))
     fam = _data()["fitted"]["families"]
-    for shared in ("tp_exposed", "launch_us"):
+    for shared in ("tp_exposed", "launch_us", "grace_launch_us"):
         assert fam["blackwell"][shared] == fam["blackwell-ultra"][shared]
     assert (gpu("gb300").bf16_tflops, gpu("gb300").fp8_tflops) == (gpu("gb200").bf16_tflops, gpu("gb200").fp8_tflops)
     # the same recipe on both: one source and model (the recipe's path differs only in its GPU folder)

@@ -39,16 +39,16 @@ def test_captured_scopes_follow_megatron_core_rules():
     assert captured("local", ("attn", "moe_router")) == {"attn", "moe_router", "moe_preprocess"}
 
 
-def _qwen3_30b(**training):
+def _qwen3_30b(gpu_spec=GB200, **training):
     """Qwen3-30B-A3B on 16 GB200 (NVL72 domain of 16), TP1 EP16, MBS 4, seq 4096, MXFP8, HybridEP:
-    Megatron-LM's published recipe (examples/moe_recipes/qwen3_30b/gb200)."""
+    Megatron-LM's published recipe (examples/moe_recipes/qwen3_30b/gb200); `gpu_spec` swaps the GPU."""
     model = ModelArch(**model_card("qwen3-30b-a3b"))
     args = dict(seq_length=4096, global_batch_size=512, micro_batch_size=4, expert_model_parallel_size=16,
                 moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep", moe_grouped_gemm=True,
                 moe_permute_fusion=True, fp8="hybrid", fp8_recipe="mxfp8", bf16=True,
                 use_distributed_optimizer=True) | training
     cfg = Workload(name="q30", model=model, training=TrainingArgs(**args)).effective()
-    cluster = ClusterSpec(name="gb200", num_nodes=1, gpus_per_node=16, gpu=GB200, hbm_capacity_gb=186)
+    cluster = ClusterSpec(name="gb200", num_nodes=1, gpus_per_node=16, gpu=gpu_spec, hbm_capacity_gb=186)
     shape = model_shape(model)
     ctx = layer_context(shape, cfg, cluster, C, layout_facts(model, cfg, cluster.world_size))
     return ctx, transformer_layer(ctx, True, block_weights(shape, 1, 1, 16, False, 4096)[1])
@@ -57,9 +57,9 @@ def _qwen3_30b(**training):
 def test_host_launches_of_an_fp8_moe_layer_by_hand():
     """No graphs: attention 9 + 2 FP8 quantisations, router 8, preprocess 5, experts 7 (dispatch, combine,
     unpermute, bias-dropout-add, grouped fc1, activation, grouped fc2) + 2 quantisations for each of the 8 local
-    experts (128 / EP 16), no shared expert: 47 launches at launch_us each."""
+    experts (128 / EP 16), no shared expert: 47 launches at the Grace host's launch time each."""
     ctx, _ = _qwen3_30b()
-    assert host_forward_ms(ctx, True) == pytest.approx((11 + 8 + 5 + 7 + 16) * C.launch_us * 1e-3)
+    assert host_forward_ms(ctx, True) == pytest.approx((11 + 8 + 5 + 7 + 16) * C.grace_launch_us * 1e-3)
 
 
 def test_graphs_replay_a_scope_with_one_launch_and_a_dispatch_sync_survives_the_preprocess_graph():
@@ -70,7 +70,7 @@ def test_graphs_replay_a_scope_with_one_launch_and_a_dispatch_sync_survives_the_
     graph cannot hold, so its captured preprocess has none; a graph of the whole MoE (sync-free) has none."""
     partial = dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
     ctx, _ = _qwen3_30b(**partial)
-    assert host_forward_ms(ctx, True) == pytest.approx((3 + 23) * C.launch_us * 1e-3)
+    assert host_forward_ms(ctx, True) == pytest.approx((3 + 23) * C.grace_launch_us * 1e-3)
     assert host_syncs(ctx) == pytest.approx(C.host_sync_us * 1e-3)
     a2a, _ = _qwen3_30b(moe_token_dispatcher_type="alltoall", **partial)
     assert host_syncs(a2a) == 0.0
@@ -87,7 +87,7 @@ def test_a_dispatch_sync_exposes_a_host_heavy_expert_scope():
     when the GPU has drained, and the next attention only after issuing them: the forward takes
     h_E + max(1 ms, h_A), so the GPU waits h_E / 2. Without a sync (all-to-all, preprocess captured) the
     host runs ahead: the wait is max(0, h_E + h_A - GPU)."""
-    u = C.launch_us * 1e-3
+    u = C.grace_launch_us * 1e-3
     h_e, h_a = 23 * u, 3 * u
     gpu_f, pre_f = 1.0 + h_e / 2, 1.0
     partial = dict(cuda_graph_impl="transformer_engine", cuda_graph_scope=("attn", "moe_router", "moe_preprocess"))
@@ -98,6 +98,19 @@ def test_a_dispatch_sync_exposes_a_host_heavy_expert_scope():
     a2a, _ = _qwen3_30b(moe_token_dispatcher_type="alltoall", **partial)
     f_a2a, _ = host_bound(a2a, True, gpu_f, 100.0, pre_f)
     assert f_a2a == pytest.approx(max(0.0, h_e + h_a - gpu_f)) and f_a2a < f
+
+
+def test_the_host_cpu_sets_the_launch_time():
+    """GB200 and GB300 NVL72 launch from Grace, B200 and B300 boards from an x86 host (catalog `host_cpu`): the
+    same layer's 47 eager launches cost grace_launch_us each on GB200 and launch_us each on B200, the two
+    constants the Blackwell rows fit apart (calibration.yaml), and nothing else of the layer changes."""
+    assert [gpu(n).host_cpu for n in ("gb200", "gb300", "b200", "b300", "h100-sxm")] == [
+        "grace", "grace", "x86", "x86", "x86"]
+    grace, _ = _qwen3_30b()
+    x86, _ = _qwen3_30b(gpu("b200"))
+    assert C.grace_launch_us != C.launch_us
+    assert host_forward_ms(grace, True) / host_forward_ms(x86, True) == pytest.approx(C.grace_launch_us / C.launch_us)
+    assert host_forward_ms(x86, True) == pytest.approx(47 * C.launch_us * 1e-3)
 
 
 def test_the_gpu_waits_on_the_host_only_beyond_its_own_time():

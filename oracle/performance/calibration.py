@@ -16,7 +16,7 @@ import yaml
 from ..specs import GPUSpec
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
-FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "launch_us")
+FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "launch_us", "grace_launch_us")
 SHARED = ("overlap_cost",)  # fitted once over every family's rows (calibration/fit.py `fit_shared`)
 # Families the YAML does not list borrow the constants of a measured one of the same vendor.
 _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
@@ -32,7 +32,8 @@ class Constants:
     origami_eff: float  # fraction of Origami's predicted GEMM speed reached in training (AMD only)
     attn_eff: float  # fraction of the BF16 peak flash attention reaches
     tp_exposed: float  # fraction of TP/SP collective time not hidden behind GEMMs (without tp_comm_overlap)
-    launch_us: float  # host time to issue one kernel launch of a layer (host_issue.py)
+    launch_us: float  # host time to issue one kernel launch of a layer on an x86 host (host_issue.py)
+    grace_launch_us: float  # the same on a Grace host (GPUSpec.host_cpu; GB200/GB300 NVL72)
     # fitted once over every family's rows (calibration/fit.py `fit_shared`): no published on/off pair of
     # Megatron's TP overlap was found; the rows that run TE's userbuffers beside those that do not identify it
     overlap_cost: float  # compute lost per ms of DP/FSDP/TP/EP traffic hidden behind it (SMs/CUs and HBM it takes)

@@ -90,6 +90,14 @@ class Ctx:
         return self.gpu.hbm_tb_s * 1e9 * self.c.hbm_eff
 
     @cached_property
+    def launch_us(self) -> float:
+        """Host time per kernel launch on this GPU's host CPU (`GPUSpec.host_cpu`): PyTorch's and Transformer
+        Engine's Python runs slower per op on Grace than on the Xeon hosts of HGX/DGX boards (TransformerEngine
+        issue #2053: a torch Linear forward's CPU time 37.1 us on GB200 against 13.5 us on a DGX H100), so a
+        Grace host has its own constant, fitted on the GB200/GB300 rows."""
+        return self.c.grace_launch_us if self.gpu.host_cpu == "grace" else self.c.launch_us
+
+    @cached_property
     def attn_rate(self) -> float:
         """Flash-attention FLOPs per ms."""
         return self.gpu.bf16_tflops * 1e9 * self.c.attn_eff

@@ -91,9 +91,9 @@ def _expert_ops(ctx: Ctx, local: int) -> int:
 
 
 def host_forward_ms(ctx: Ctx, moe: bool) -> float:
-    """ms the host takes to issue one layer's forward: `launch_us` (fitted) per launch outside the
+    """ms the host takes to issue one layer's forward: `Ctx.launch_us` (fitted) per launch outside the
     captured scopes, one launch per captured scope's replay."""
-    return sum(_scope_launches(ctx, moe).values()) * ctx.c.launch_us * 1e-3
+    return sum(_scope_launches(ctx, moe).values()) * ctx.launch_us * 1e-3
 
 
 def _scope_launches(ctx: Ctx, moe: bool) -> dict[str, float]:
@@ -131,6 +131,6 @@ def host_bound(ctx: Ctx, moe: bool, gpu_f: float, gpu_b: float, pre_f: float) ->
     host = host_forward_ms(ctx, moe)
     forward = max(gpu_f, host)
     if moe and dispatch_syncs(ctx):
-        h_e = _scope_launches(ctx, moe)["moe"] * ctx.c.launch_us * 1e-3
+        h_e = _scope_launches(ctx, moe)["moe"] * ctx.launch_us * 1e-3
         forward = max(gpu_f, h_e + max(pre_f, host - h_e))
     return forward - gpu_f, max(0.0, 2 * host - gpu_b)

@@ -18,6 +18,7 @@ from ..stacks import Stack, default_stack
 from .search import SearchConstraints
 
 Vendor = Literal["nvidia", "amd"]
+HostCPU = Literal["x86", "grace"]
 
 
 class GPUSpec(BaseModel):
@@ -36,6 +37,9 @@ class GPUSpec(BaseModel):
     intra_node_gb_s: PositiveFloat
     inter_node_gb_s: PositiveFloat
     gpus_per_node: PositiveInt = 8
+    # the CPU that launches the GPU's kernels: Grace (Arm Neoverse V2) on GB200/GB300 NVL72, an x86 host on
+    # HGX/DGX boards; it sets the host's time per launch (calibration `launch_us` / `grace_launch_us`)
+    host_cpu: HostCPU = "x86"
     source: str = ""
 
     @property
