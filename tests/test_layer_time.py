@@ -36,12 +36,12 @@ def _gemm(m: int, n: int, k: int) -> float:
     return waves * 2 * 256 * 128 * (k + C.gemm_k_overhead) / per_sm * 1e3 + C.gemm_latency_us * 1e-3
 
 
-def _layer():
+def _layer(gpu_spec=H100):
     model = ModelArch(**model_card("llama3-8b"))
     training = TrainingArgs(seq_length=4096, global_batch_size=8, micro_batch_size=1, tensor_model_parallel_size=1,
                             use_flash_attn=True, sequence_parallel=False)
     cfg = Workload(name="l8", model=model, training=training).effective()
-    cluster = ClusterSpec(name="h100", num_nodes=1, gpus_per_node=8, gpu=H100, hbm_capacity_gb=80)
+    cluster = ClusterSpec(name="h100", num_nodes=1, gpus_per_node=8, gpu=gpu_spec, hbm_capacity_gb=80)
     ctx = layer_context(model_shape(model), cfg, cluster, C, layout_facts(model, cfg, cluster.world_size))
     return transformer_layer(ctx, False, block_weights(ctx.shape, 1, 1, 1, False, 4096)[0])
 
@@ -68,11 +68,16 @@ def test_gemm_terms_of_one_dense_layer():
 def test_attention_core_elementwise_and_overhead_terms_of_one_dense_layer():
     work = _layer()
     # flash attention, causal: each query attends s/2 = 2048 keys on average; QK^T and PV over
-    # qk 128 + v 128 per head; backward 2.5x; one kernel latency forward, two backward
-    flops = 2 * 1 * HEADS * 4096 * 2048 * (HEAD + HEAD)
+    # qk 128 + v 128 per head; backward 2.5x; one kernel latency forward, two backward; one softmax
+    # exponential per score each way on the special function units, 989 TFLOPS of matmul against 3.9 TFLOPS
+    # of them on H100 SXM5 (FlashAttention-3 §3.1): 256 dense BF16 FLOPs' time each
+    scores = 1 * HEADS * 4096 * 2048
+    flops = 2 * scores * (HEAD + HEAD)
     rate = H100.bf16_tflops * 1e9 * C.attn_eff  # FLOPs per ms
+    exps = scores * 256 / (H100.bf16_tflops * 1e9)
     lat = C.gemm_latency_us * 1e-3
-    assert (work.f[ATTN], work.b[ATTN]) == pytest.approx((flops / rate + lat, 2.5 * flops / rate + 2 * lat), rel=1e-12)
+    assert (work.f[ATTN], work.b[ATTN]) == pytest.approx(
+        (flops / rate + exps + lat, 2.5 * flops / rate + exps + 2 * lat), rel=1e-12)
     hbm = H100.hbm_tb_s * 1e9 * C.hbm_eff  # bytes per ms
     # forward HBM traffic, 2-byte elements: rotary reads and writes Q and K and V's width (48 heads x 128)
     # once, 2·2 B; two RMSNorms read + write (2·4 B) and two residual adds read two, write one (2·6 B)
@@ -91,3 +96,22 @@ def test_attention_core_elementwise_and_overhead_terms_of_one_dense_layer():
     gpu_f, gpu_b = sum(work.f) - work.f[OVH], sum(work.b) + sum(work.w) - work.b[OVH]
     assert (work.f[OVH], work.b[OVH]) == pytest.approx((max(0.0, host - gpu_f), max(0.0, 2 * host - gpu_b)), abs=1e-12)
     assert work.f[TP] == work.b[TP] == 0.0  # TP 1: no collectives
+
+
+def test_softmax_exponentials_cost_what_each_die_issues():
+    """The attention core's exponentials on B200 and B300 (the same dense BF16 peak in the catalog, the same
+    constants passed): Blackwell's SMs keep 16 MUFU.EX2 per clock against twice Hopper's tensor rate, 512
+    dense FLOPs per exponential; Blackwell Ultra doubles the special function units (NVIDIA blog "Making
+    Softmax More Efficient with NVIDIA Blackwell Ultra"), 256. So B200's core takes longer than B300's by
+    one exponential per score each way at 256 FLOPs' time: 256 / peak per score. AMD publishes no rate:
+    MI355X's core is its FLOPs alone."""
+    b200, b300, mi355x = gpu("b200"), gpu("b300"), gpu("mi355x")
+    assert b200.bf16_tflops == b300.bf16_tflops
+    scores = 1 * HEADS * 4096 * 2048
+    extra = scores * (512 - 256) / (b200.bf16_tflops * 1e9)
+    w200, w300 = _layer(b200), _layer(b300)
+    assert (w200.f[ATTN] - w300.f[ATTN], w200.b[ATTN] - w300.b[ATTN]) == pytest.approx((extra, extra), rel=1e-9)
+    amd = _layer(mi355x)
+    flops = 2 * scores * (HEAD + HEAD)
+    lat = C.gemm_latency_us * 1e-3
+    assert amd.f[ATTN] == pytest.approx(flops / (mi355x.bf16_tflops * 1e9 * C.attn_eff) + lat, rel=1e-12)

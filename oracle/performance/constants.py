@@ -18,6 +18,18 @@ ADAM_BYTES_PER_PARAM = 16.0 + 12.0 + 2.0 + 4.0
 # Flash attention's backward runs 5 GEMM-shaped products against the forward's 2 (dQ, dK, dV, the
 # recomputed scores and dP; Dao 2023 FlashAttention-2 §3.1): 2.5x the forward FLOPs.
 FA_BWD = 2.5
+# The softmax's exponentials run on the SMs' special function units (MUFU.EX2) beside the tensor cores, one
+# per attention score in the forward and one in the backward, which recomputes P = exp(S - LSE)
+# (FlashAttention-2 Algorithm 2); within a tile the second product waits on them (NVIDIA technical blog
+# "Making Softmax More Efficient with NVIDIA Blackwell Ultra", 2026: on GB200 BMM2 cannot start before the
+# softmax ends). Dense BF16 tensor FLOPs per exponential an SM issues, per family: Hopper 989 TFLOPS of
+# matmul against 3.9 TFLOPS of special functions on H100 SXM5 (Shah et al. 2024, FlashAttention-3 §3.1),
+# 256; Ampere 1,024 dense FP16 FMAs per clock per SM (NVIDIA A100 whitepaper) against 16 exponentials
+# (CUDA C++ Programming Guide, arithmetic instruction throughput, compute capability 8.x-10.x), 128;
+# Blackwell twice Hopper's tensor rate per SM (B200 2,250 TFLOPS over 148 SMs against H100's 989 over 132)
+# with the same 16, 512; Blackwell Ultra doubles the special function units' throughput (the blog above),
+# 256. AMD's families: no published rate, the term is not modelled there.
+FLOPS_PER_EXP = {"ampere": 128.0, "hopper": 256.0, "blackwell": 512.0, "blackwell-ultra": 256.0}
 # Unfused attention materialises the s x s scores: softmax forward reads and writes them (2 + 2 B),
 # backward reads scores and their gradient and writes the gradient (2 + 2 + 2 B).
 SOFTMAX_FWD_BYTES = 2.0 * E_BYTES

@@ -9,6 +9,7 @@ from ..model_shape import ModelShape
 from ..specs import GPUSpec
 from .calibration import Constants
 from .comm import Net
+from .constants import FLOPS_PER_EXP
 from .gemm import GemmBackend, gemm_backend
 
 HALF = "bf16"  # the non-FP8 GEMM precision (FP16 peaks equal BF16 peaks on every catalog GPU)
@@ -101,6 +102,13 @@ class Ctx:
     def attn_rate(self) -> float:
         """Flash-attention FLOPs per ms."""
         return self.gpu.bf16_tflops * 1e9 * self.c.attn_eff
+
+    @cached_property
+    def exp_ms(self) -> float:
+        """ms of the special function units' time per softmax exponential (`constants.FLOPS_PER_EXP`: the dense
+        BF16 peak over the family's tensor FLOPs per exponential); 0 where no rate is published."""
+        per = FLOPS_PER_EXP.get(self.gpu.family)
+        return per / (self.gpu.bf16_tflops * 1e9) if per else 0.0
 
     @property
     def unfused_expert_bias(self) -> bool:

@@ -138,9 +138,11 @@ def _core_attention(ctx: Ctx, heads: float, spans: tuple[tuple[int, int], ...]) 
     """(forward, backward) ms of the attention core on one rank, its layers' `spans` (`ModelShape.spans_dense`)."""
     a, s, cp, b = ctx.shape, ctx.seq, ctx.cp, ctx.mbs
     if ctx.flash:
-        flops = 2 * b * heads * s / cp * attended_keys(spans, s) * (a.qk_dim + a.v_head_dim)  # QK^T and PV
+        scores = b * heads * s / cp * attended_keys(spans, s)
+        flops = 2 * scores * (a.qk_dim + a.v_head_dim)  # QK^T and PV
         lat = ctx.c.gemm_latency_us * 1e-3
-        return flops / ctx.attn_rate + lat, FA_BWD * flops / ctx.attn_rate + 2 * lat
+        exps = scores * ctx.exp_ms  # one exponential per score each way (`constants.FLOPS_PER_EXP`)
+        return flops / ctx.attn_rate + exps + lat, FA_BWD * flops / ctx.attn_rate + exps + 2 * lat
     g = ctx.gemm.gemm_ms
     sq, batch = s // cp, max(1, int(b * heads))
     fwd = g(sq, s, a.qk_dim, HALF, batch) + g(sq, a.v_head_dim, s, HALF, batch)
