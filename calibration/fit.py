@@ -251,9 +251,6 @@ HELD_NOTES = {  # per-family constant -> why no group fits it there
     "attn_eff": "not in this family's group: kept at its starting value",
     "tp_exposed": "not in this family's groups (no AMD row runs TP > 1): kept at its starting value",
     "launch_us": "not in this family's groups: kept at its starting value",
-    "grace_launch_us": ("no Grace-hosted GPU of this family has rows: launch_us x 2.75, the Grace/Xeon per-op host "
-                        "time of TransformerEngine issue #2053 (torch Linear forward, GB200 37.08 us, DGX H100 "
-                        "13.48 us), for a user's own Grace-hosted GPU"),
 }
 
 

@@ -111,6 +111,10 @@ def test_the_host_cpu_sets_the_launch_time():
     assert C.grace_launch_us != C.launch_us
     assert host_forward_ms(grace, True) / host_forward_ms(x86, True) == pytest.approx(C.grace_launch_us / C.launch_us)
     assert host_forward_ms(x86, True) == pytest.approx(47 * C.launch_us * 1e-3)
+    # a family with no Grace rows (Hopper: a user's GH200) scales its x86 time by issue #2053's per-op host times,
+    # a torch Linear forward 37.08 us on GB200's Grace against 13.48 us on a DGX H100's Xeon 8480C
+    hopper = constants(gpu("h100-sxm"))
+    assert hopper.grace_launch_us == pytest.approx(hopper.launch_us * 37.08 / 13.48)
 
 
 def test_the_gpu_waits_on_the_host_only_beyond_its_own_time():

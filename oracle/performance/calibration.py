@@ -18,6 +18,10 @@ from ..specs import GPUSpec
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "launch_us", "grace_launch_us")
 SHARED = ("overlap_cost",)  # fitted once over every family's rows (calibration/fit.py `fit_shared`)
+# A family whose rows hold no Grace-hosted GPU takes the x86 launch time times this ratio for a user's own Grace
+# GPU: per-op host time of a torch Linear forward, GB200's Grace against a DGX H100's Xeon 8480C, 37.08 / 13.48 us
+# (TransformerEngine issue #2053).
+GRACE_OVER_X86_LAUNCH = 37.08 / 13.48
 # Families the YAML does not list borrow the constants of a measured one of the same vendor.
 _VENDOR_FALLBACK = {"nvidia": "hopper", "amd": "cdna3"}
 
@@ -75,7 +79,8 @@ def constants_for(family: str) -> Constants:
     """Constants of one family (its fitted values, the shared fitted ones, the held ones)."""
     data = _load()
     fam = families()[family]
-    values: dict[str, Any] = {k: float(fam[k]) for k in FITTED}
+    values: dict[str, Any] = {k: float(fam[k]) for k in FITTED if k in fam}
+    values.setdefault("grace_launch_us", values["launch_us"] * GRACE_OVER_X86_LAUNCH)
     values |= {k: float(data["fitted"]["every_family"][k]) for k in SHARED}
     values |= {k: v if isinstance(v, str) else float(v) for k, v in data["held"]["priors"].items()}
     return Constants(**values)
