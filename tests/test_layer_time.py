@@ -36,10 +36,10 @@ def _gemm(m: int, n: int, k: int) -> float:
     return waves * 2 * 256 * 128 * (k + C.gemm_k_overhead) / per_sm * 1e3 + C.gemm_latency_us * 1e-3
 
 
-def _layer(gpu_spec=H100):
+def _layer(gpu_spec=H100, fp8: str | None = None):
     model = ModelArch(**model_card("llama3-8b"))
     training = TrainingArgs(seq_length=4096, global_batch_size=8, micro_batch_size=1, tensor_model_parallel_size=1,
-                            use_flash_attn=True, sequence_parallel=False)
+                            use_flash_attn=True, sequence_parallel=False, fp8=fp8)
     cfg = Workload(name="l8", model=model, training=training).effective()
     cluster = ClusterSpec(name="h100", num_nodes=1, gpus_per_node=8, gpu=gpu_spec, hbm_capacity_gb=80)
     ctx = layer_context(model_shape(model), cfg, cluster, C, layout_facts(model, cfg, cluster.world_size))
@@ -63,6 +63,20 @@ def test_gemm_terms_of_one_dense_layer():
     # by hand: QKV forward 6 waves (768 tiles), fc1 forward 28 waves (3584 tiles)
     assert _gemm(T, qkv_n, H) == pytest.approx(
         6 * 2 * 32768 * 4352 / (989.4e12 * C.gemm_eff / 132) * 1e3 + 0.004, rel=1e-12)
+
+
+def test_fp8_casts_write_a_rowwise_and_a_columnwise_copy():
+    """Under FP8 each linear's input and output grad are read once (2 B) and written twice, the row-wise copy
+    for their own GEMM and the column-wise (transposed) one for the weight-grad GEMM (TE cast_transpose,
+    MXFP8's two scalings): 4 B per element; the weight is read and written once, 3 B. The layer's other
+    element-wise work is the BF16 layer's, so the difference is the casts alone, at hbm_eff of the HBM."""
+    qkv_n = (HEADS + 2 * GROUPS) * HEAD
+    linears = [(T, qkv_n, H), (T, H, HEADS * HEAD), (T, 2 * FFN, H), (T, H, FFN)]  # (m, n, k) forward
+    hbm = H100.hbm_tb_s * 1e12 * C.hbm_eff / 1e3  # bytes per ms
+    bf16, fp8 = _layer(), _layer(fp8="hybrid")
+    assert fp8.f[ELEM] - bf16.f[ELEM] == pytest.approx(sum(4 * m * k + 3 * k * n for m, n, k in linears) / hbm,
+                                                       rel=1e-9)
+    assert fp8.b[ELEM] - bf16.b[ELEM] == pytest.approx(sum(4 * m * n for m, n, _ in linears) / hbm, rel=1e-9)
 
 
 def test_attention_core_elementwise_and_overhead_terms_of_one_dense_layer():

@@ -17,7 +17,13 @@ from paratune.oracle.layout import layout_facts
 from paratune.oracle.model_shape import model_shape
 from paratune.oracle.performance.calibration import constants
 from paratune.oracle.performance.layers import transformer_layer
-from paratune.oracle.performance.moe_layer import dispatch_combine, host_syncs, load_imbalance, routed_rows
+from paratune.oracle.performance.moe_layer import (
+    dispatch_combine,
+    host_syncs,
+    load_imbalance,
+    routed_rows,
+    routing_map_gather,
+)
 from paratune.oracle.performance.pipeline import block_weights, layer_context
 from paratune.oracle.performance.work import EP, GEMM, OVH
 from paratune.oracle.specs import ClusterSpec, ModelArch, TrainingArgs, Workload
@@ -220,3 +226,19 @@ def test_hybridep_two_node_exchange_by_hand():
     intra = t * vector * 7 * (1 - comb(120, 8) / comb(128, 8)) * rho / intra_rate + C.alpha_intra_us * 1e-3
     assert inter > intra  # the NIC is the bottleneck
     assert dispatch_combine(ctx) == pytest.approx(max(inter, intra), rel=1e-9)
+
+
+def test_hybridep_gathers_the_routing_map_before_each_forward_dispatch():
+    """megatron-core's HybridEPDispatch passes no handle, so each forward dispatch all-gathers every rank's bool
+    routing map [T, E] (1 B per entry) over the EP group with NCCL (DeepEP hybrid-ep executor.cu
+    `allgather_routing_map`): DeepSeek-V3 at EP 8 on one H100 node, T = 4096, E = 256, a ring all-gather of the
+    8 x 4096 x 256-byte map, each rank sending 7/8 of it over NVLink at link_eff of the 450 GB/s line, plus 7 step
+    latencies. The forward pays it, the backward's combine reuses the handle, and DeepEP has none."""
+    ctx, a, _ = _ctx(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep")
+    nbytes = 8 * 4096 * E
+    expected = nbytes * 7 / 8 / (450e9 * C.link_eff / 1e3) + 7 * C.alpha_intra_us * 1e-3
+    assert routing_map_gather(ctx) == pytest.approx(expected, rel=1e-9)
+    layer = transformer_layer(ctx, True, block_weights(a, 1, 1, EP_SIZE, False, 4096)[1])
+    assert layer.f[EP] - layer.b[EP] == pytest.approx(expected, rel=1e-9)
+    deepep, _, _ = _ctx(moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
+    assert routing_map_gather(deepep) == 0.0

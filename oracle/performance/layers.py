@@ -43,8 +43,16 @@ def _linear(ctx: Ctx, w: Builder, m: float, n: float, k: float, dtype: str) -> N
     g = ctx.gemm.gemm_ms
     m, n, k = int(m), int(n), int(k)
     w.add(GEMM, g(m, n, k, dtype), g(m, k, n, dtype), g(k, n, m, dtype))
-    if dtype == "fp8":  # cast (and transpose) inputs, weights and output grads: read 2 + write 1 bytes
-        w.add(ELEM, 3.0 * (m * k + k * n) / ctx.hbm, (3.0 * m * n + m * k) / ctx.hbm)
+    if dtype == "fp8":
+        _fp8_casts(ctx, w, m, n, k, 1)
+
+
+def _fp8_casts(ctx: Ctx, w: Builder, m: float, n: float, k: float, groups: int) -> None:
+    """Transformer Engine's FP8 quantization of `groups` linears [m, k] x [k, n]: the input and the output grad
+    are each read once (2 B) and written twice, a row-wise copy for their own GEMM and a column-wise
+    (transposed) one for the weight-grad GEMM (TE cast_transpose; MXFP8's row- and column-wise block scaling):
+    4 B per element; the weight is read and written once (3 B)."""
+    w.add(ELEM, groups * (4.0 * m * k + 3.0 * k * n) / ctx.hbm, groups * 4.0 * m * n / ctx.hbm)
 
 
 def _grouped(ctx: Ctx, w: Builder, m: float, n: float, k: float, groups: int, dtype: str) -> None:
@@ -59,7 +67,7 @@ def _grouped(ctx: Ctx, w: Builder, m: float, n: float, k: float, groups: int, dt
     m, n, k = max(1, round(m)), int(n), int(k)
     w.add(GEMM, g(m, n, k, dtype, groups), g(m, k, n, dtype, groups), g(k, n, m, dtype, groups))
     if dtype == "fp8":
-        w.add(ELEM, 3.0 * groups * (m * k + k * n) / ctx.hbm, groups * (3.0 * m * n + m * k) / ctx.hbm)
+        _fp8_casts(ctx, w, m, n, k, groups)
 
 
 def _tp_raw(ctx: Ctx) -> float:

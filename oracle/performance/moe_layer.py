@@ -17,7 +17,7 @@ from math import log, prod, sqrt
 
 from .constants import E_BYTES, EXPERT_BIAS_BYTES, FP32_BYTES, ROUTER_PASSES, TOKEN_INDEX_BYTES
 from .context import HALF, Ctx
-from .ep_bandwidth import ALLGATHER, ALLTOALL, DEDUP_BACKENDS, link_rates
+from .ep_bandwidth import ALLGATHER, ALLTOALL, DEDUP_BACKENDS, HYBRIDEP, link_rates
 from .host_issue import dispatch_syncs
 from .work import ELEM, EP, OVH, TP, Builder
 
@@ -141,6 +141,19 @@ def dispatch_combine(ctx: Ctx) -> float:
     return t
 
 
+def routing_map_gather(ctx: Ctx) -> float:
+    """ms of HybridEP's metadata preprocessing before each forward dispatch: megatron-core's HybridEPDispatch
+    passes no handle (fused_a2a.py @ d48bd6be0a), so `dispatch_with_permute` all-gathers every rank's bool
+    routing map [T, E], one byte per entry, over the dispatch group with NCCL (DeepEP hybrid-ep
+    executor.cu `allgather_routing_map`; its custom all-gather is off by default, DeepEP #682). The backward's
+    combine reuses the handle. DeepEP computes its dispatch layout locally (only counts are exchanged): no such
+    term."""
+    if ctx.dispatch != HYBRIDEP or ctx.ep <= 1:
+        return 0.0
+    group = ctx.ep * ctx.etp
+    return ctx.net.all_gather(group * ctx.sp_tokens * ctx.shape.experts, group, 1)
+
+
 def expert_tp(ctx: Ctx) -> float:
     """ms of the ETP all-gather of the dispatched rows (and its reduce-scatter at combine), each way: the
     all-to-all and allgather dispatchers gather over the expert-TP group (token_dispatcher.py
@@ -157,7 +170,8 @@ def host_syncs(ctx: Ctx) -> float:
 
 
 def routed_experts(ctx: Ctx, w: Builder, linear, grouped, activation) -> None:
-    """Router, permutation, the expert MLPs, dispatch and combine, and the host syncs of one MoE layer
+    """Router, permutation, the expert MLPs, dispatch and combine (with HybridEP's routing-map gather), and the
+    host syncs of one MoE layer
     (`linear`, `grouped`, `activation`: the layer builders of `layers.py`)."""
     rows = routed_rows(ctx)
     router(ctx, w, linear)
@@ -166,5 +180,5 @@ def routed_experts(ctx: Ctx, w: Builder, linear, grouped, activation) -> None:
     etp = expert_tp(ctx)
     w.add(TP, etp, etp)
     exchange = 2 * dispatch_combine(ctx)  # dispatch + combine, and their mirrors in the backward
-    w.add(EP, exchange, exchange)
+    w.add(EP, exchange + routing_map_gather(ctx), exchange)
     w.add(OVH, host_syncs(ctx))
