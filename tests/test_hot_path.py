@@ -227,7 +227,8 @@ def test_compiled_timeline_is_its_python_source(name, p, v, m, paired):
 
 
 # Every value the MoE-only fields of a context can take (`Ctx.dense_view` sets them to one).
-MOE_KNOBS = dict(dispatch=("allgather", "alltoall", "deepep", "hybridep"), grouped_gemm=(False, True),
+MOE_KNOBS = dict(dispatch=("allgather", "alltoall", "deepep", "hybridep"), deepep_sms=(None, 20, 24),
+                 hybridep_sms=(None, 16, 32), grouped_gemm=(False, True),
                  legacy_grouped=(False, True), permute_fusion=(False, True), op_fuser=(False, True),
                  shared_overlap=(False, True), sync_free=(False, True), ep_overlap=(False, True))
 

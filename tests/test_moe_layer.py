@@ -208,9 +208,10 @@ def test_internode_rates_count_only_the_bytes_that_cross_the_nic():
 def test_hybridep_two_node_exchange_by_hand():
     """Qwen3-30B-A3B (H 2048, 128 experts, top-8) at EP 16 over two H100 nodes, flex + HybridEP, MBS 1,
     seq 4096: a token's copy crosses the NIC once if any of its 8 experts sits on the other node's 64,
-    P = 1 - C(64,8)/C(128,8), at 28.675 GB/s; inside the node one copy per other local rank its experts
-    touch, 7 x (1 - C(120,8)/C(128,8)), at HybridEP's 533.4/900 of 450 GB/s; the two run in parallel,
-    each with its step latency (moe_layer.dispatch_combine)."""
+    P = 1 - C(64,8)/C(128,8), at HybridEP's 16-SM rate (megatron-core 0.16.1's `moe_hybridep_num_sms`
+    default) of 16 ranks, (54.47 + 53.35) / 2 x 1/2 GB/s (README_Hybrid-EP.md H100 internode table); inside
+    the node one copy per other local rank its experts touch, 7 x (1 - C(120,8)/C(128,8)), at HybridEP's
+    533.4/900 of 450 GB/s; the two run in parallel, each with its step latency (moe_layer.dispatch_combine)."""
     from math import comb
 
     model = ModelArch(**model_card("qwen3-30b-a3b"))
@@ -221,11 +222,48 @@ def test_hybridep_two_node_exchange_by_hand():
     cfg = Workload(name="q30", model=model, training=TrainingArgs(**args)).effective()
     ctx = layer_context(model_shape(model), cfg, cluster, C, layout_facts(model, cfg, cluster.world_size))
     t, vector, rho = 4096, 2048 * 2, load_imbalance(ctx)
-    inter = t * vector * (1 - comb(64, 8) / comb(128, 8)) * rho / (57.35 / 2 * 1e6) + C.alpha_inter_us * 1e-3
+    nic = (54.47 + 53.35) / 2 / 2 * 1e6  # bytes per ms
+    inter = t * vector * (1 - comb(64, 8) / comb(128, 8)) * rho / nic + C.alpha_inter_us * 1e-3
     intra_rate = 450 * 533.4 / 900 * 1e6  # bytes per ms
     intra = t * vector * 7 * (1 - comb(120, 8) / comb(128, 8)) * rho / intra_rate + C.alpha_intra_us * 1e-3
     assert inter > intra  # the NIC is the bottleneck
     assert dispatch_combine(ctx) == pytest.approx(max(inter, intra), rel=1e-9)
+
+
+def test_flex_dispatch_rates_follow_the_sms_the_recipe_gives_them():
+    """HybridEP across a GB200 NVL72 domain at 16 ranks moves (472.84 + 474.48) / 2 GB/s on 16 SMs and
+    (523.48 + 521.55) / 2 on 32 (README_Hybrid-EP.md GB200 table, BF16 dispatch and combine); with no count
+    given it runs its own 24 inside one domain (hybrid-ep config.cuh), linear between the two; beyond the
+    published counts the nearest one holds. DeepEP's intranode rate is 20.3125 GB/s per SM (B200 table:
+    (348 + 302) / 2 over 16 SMs) up to its NVLink share: 24 SMs on a B200 node 487.5 GB/s."""
+    from paratune.oracle.performance.ep_bandwidth import link_rates
+
+    gb200, b200 = gpu("gb200"), gpu("b200")
+    at16, at32 = (472.84 + 474.48) / 2, (523.48 + 521.55) / 2
+    assert link_rates("hybridep", gb200, 16, 72, 16)[0] == pytest.approx(at16, rel=1e-9)
+    assert link_rates("hybridep", gb200, 16, 72, 32)[0] == pytest.approx(at32, rel=1e-9)
+    assert link_rates("hybridep", gb200, 16, 72, None)[0] == pytest.approx((at16 + at32) / 2, rel=1e-9)
+    assert link_rates("hybridep", gb200, 16, 72, 128)[0] == pytest.approx(at32, rel=1e-9)
+    assert link_rates("deepep", b200, 8, 8, 24)[0] == pytest.approx(24 * 650 / 32, rel=1e-9)
+    assert link_rates("deepep", b200, 8, 8, None)[0] == pytest.approx(20 * 650 / 32, rel=1e-9)
+
+
+def test_the_recipes_sm_count_reaches_the_exchange():
+    """`moe_hybridep_num_sms` of a workload sets its exchange time: Qwen3-30B-A3B at EP 16 in one GB200 NVL72
+    domain, every copy over NVLink, so 16 SMs take the 32-SM time x at32 / at16 (less the step latency)."""
+    model = ModelArch(**model_card("qwen3-30b-a3b"))
+    cluster = ClusterSpec(name="gb200", num_nodes=1, gpus_per_node=72, gpu=gpu("gb200"), hbm_capacity_gb=186)
+    times = {}
+    for sms in (16, 32):
+        args = dict(seq_length=4096, global_batch_size=1024, micro_batch_size=4, expert_model_parallel_size=16,
+                    moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="hybridep", moe_grouped_gemm=True,
+                    use_distributed_optimizer=True, moe_hybridep_num_sms=sms)
+        cfg = Workload(name="q30", model=model, training=TrainingArgs(**args)).effective()
+        c = constants(cluster.gpu)
+        ctx = layer_context(model_shape(model), cfg, cluster, c, layout_facts(model, cfg, 16))
+        times[sms] = dispatch_combine(ctx) - c.alpha_intra_us * 1e-3
+    ratio = ((523.48 + 521.55) / 2) / ((472.84 + 474.48) / 2)
+    assert times[16] == pytest.approx(times[32] * ratio, rel=1e-9)
 
 
 def test_hybridep_gathers_the_routing_map_before_each_forward_dispatch():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from functools import cached_property
 
+from ..layout import DEEPEP, HYBRIDEP
 from ..model_shape import ModelShape
 from ..specs import GPUSpec
 from .calibration import Constants
@@ -30,6 +31,8 @@ class Ctx:
     flash: bool
     ce_fusion: bool
     dispatch: str  # MoE dispatch backend (`LayoutFacts.dispatch`): allgather, alltoall, deepep, ...
+    deepep_sms: int | None  # moe_deepep_num_sms: the SMs DeepEP's kernels run on (None: DeepEP's own count)
+    hybridep_sms: int | None  # moe_hybridep_num_sms: the SMs HybridEP's dispatch and combine run on
     grouped_gemm: bool  # one grouped launch for the local experts' GEMMs (else one GEMM each)
     legacy_grouped: bool  # the legacy GroupedMLP (`moe_use_legacy_grouped_gemm`): BF16 expert GEMMs
     permute_fusion: bool  # moe_permute_fusion: TE's fused permute/unpermute kernels
@@ -67,8 +70,16 @@ class Ctx:
         shared-expert and EP overlap, sync-free stages) at one setting: a dense layer, the embedding and the
         output head read none of them, so contexts that differ in those alone time these blocks once
         (`layers.transformer_layer`, `embedding`, `output_head`; tests/test_hot_path.py)."""
-        return self.replaced(dispatch="alltoall", grouped_gemm=True, legacy_grouped=False, permute_fusion=False,
-                             op_fuser=False, shared_overlap=False, sync_free=False, ep_overlap=False)
+        return self.replaced(dispatch="alltoall", deepep_sms=None, hybridep_sms=None, grouped_gemm=True,
+                             legacy_grouped=False, permute_fusion=False, op_fuser=False, shared_overlap=False,
+                             sync_free=False, ep_overlap=False)
+
+    @property
+    def dispatch_sms(self) -> int | None:
+        """The SMs the dispatch backend in use runs on (megatron-core 0.16.1 token_dispatcher.py passes
+        `moe_deepep_num_sms` to DeepEP's `Buffer.set_num_sms` and `moe_hybridep_num_sms` to HybridEP's dispatch
+        and combine); None for the other dispatchers."""
+        return {DEEPEP: self.deepep_sms, HYBRIDEP: self.hybridep_sms}.get(self.dispatch)
 
     @cached_property
     def overlap_free(self) -> Ctx:

@@ -10,6 +10,7 @@ HybridEP one copy per distinct destination rank (and one per distinct remote nod
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..layout import ALLGATHER, ALLTOALL, FLEX_BACKENDS, HYBRIDEP, TURBO_DEEPEP
@@ -56,16 +57,35 @@ BENCH_GPUS_PER_NODE = 8  # DeepEP's and HybridEP's internode tables: 8-GPU H800 
 # DeepEP's intranode rate is bounded by the SMs it runs on: B200, 16 SMs, Torch API, BF16 dispatch 348 GB/s
 # and combine 302 GB/s (DeepEP/hybrid-ep docs/README_Hybrid-EP.md comparison table): 20.3 GB/s per SM.
 DEEPEP_GB_S_PER_SM = (348.0 + 302.0) / 2 / 16
-DEEPEP_SMS = 20  # megatron-core fused_a2a.py set_deepep_num_sms default
-# HybridEP (DeepEP branch hybrid-ep, docs/README_Hybrid-EP.md, Torch API, BF16 dispatch / combine):
-# B200 8 ranks 16 SMs 535.94 / 530.86 GB/s of 900; H100 internode (8 SMs) 16 ranks 57.74 / 56.96,
-# 32 ranks 46.54 / 50.68, 64 ranks 41.46 / 47.68 GB/s of a 50 GB/s NIC, counted with the own node
-# included like DeepEP's (above; the 16-rank figure is above the NIC's line rate only that way).
+DEEPEP_SMS = 20  # DeepEP `Buffer.num_sms` default, megatron-core 0.16.1 `moe_deepep_num_sms` default
+
+
+def _shares(line: float, *entries: tuple[int, float, float]) -> tuple[tuple[int, float], ...]:
+    """((ranks, share of `line`), ...) from published (ranks, dispatch GB/s, combine GB/s): their mean."""
+    return tuple((ranks, (dispatch + combine) / 2 / line) for ranks, dispatch, combine in entries)
+
+
+# HybridEP's rates by the SMs its dispatch and combine run on (`moe_hybridep_num_sms`; DeepEP branch hybrid-ep
+# 94a9f8f6b1 docs/README_Hybrid-EP.md, Torch API, mean of BF16 dispatch and combine, GB/s), each table
+# {SMs: ((ranks, share of the line rate), ...)}:
+# B200, 8 ranks in one node, 16 SMs: 535.94 / 530.86 of 900 (the only SM count published there; on GB200 the
+# 8-rank rate moves 2.4 % from 16 to 32 SMs, so it is held for every SM count).
 HYBRIDEP_INTRA = 533.4 / 900.0
-HYBRIDEP_INTER_BY_RANKS = ((16, 57.35 / 50.0), (32, 48.61 / 50.0), (64, 44.57 / 50.0))
-# HybridEP across a GB200 NVL72 domain (same table, MNNVL, 32 SMs): 8 ranks 550.10 / 568.94, 16 ranks
-# 523.48 / 521.55, 32 ranks 484.22 / 464.54, 36 ranks 479.02 / 447.89 GB/s of 900.
-HYBRIDEP_NVL72_BY_RANKS = ((8, 559.5 / 900.0), (16, 522.5 / 900.0), (32, 474.4 / 900.0), (36, 463.5 / 900.0))
+# GB200 NVL72 domain (MNNVL), 16 and 32 SMs, of 900 GB/s:
+HYBRIDEP_NVL72 = {
+    16: _shares(900.0, (8, 550.10, 538.44), (16, 472.84, 474.48), (32, 485.50, 423.19), (36, 469.96, 418.27)),
+    32: _shares(900.0, (8, 545.71, 568.94), (16, 523.48, 521.55), (32, 484.22, 464.54), (36, 479.02, 447.89)),
+}
+# H100 internode (8-GPU nodes, 50 GB/s NIC), 4, 8 and 16 SMs, counted with the own node included like DeepEP's
+# (above; the 16-rank figures exceed the NIC's line rate only that way).
+HYBRIDEP_INTER = {
+    4: _shares(50.0, (16, 37.08, 42.47), (32, 44.88, 43.60), (64, 40.63, 41.00)),
+    8: _shares(50.0, (16, 57.74, 56.96), (32, 46.54, 50.68), (64, 41.46, 47.68)),
+    16: _shares(50.0, (16, 54.47, 53.35), (32, 47.36, 52.53), (64, 41.24, 46.57)),
+}
+# HybridEP's own SM count when megatron-core passes none: 24 inside one NVLink domain, 8 across domains
+# (DeepEP hybrid-ep 94a9f8f6b1 csrc/hybrid_ep/config.cuh `Configurer`, num_sms_dispatch_api / _combine_api).
+HYBRIDEP_OWN_SMS = (24, 8)
 # Primus-Turbo DeepEP (ROCm): no bandwidth table is published. AMD's breakdown of the MoE-2T model
 # (448 experts, top-16, Primus moe_2T.yaml) on MI300X at EP 8, RCCL all-to-all against Turbo DeepEP
 # (AMD-AGI/Primus examples/moe_package/README.md Figure 11, same compute in both runs): the exchange is
@@ -104,9 +124,23 @@ def _remote_share(table: tuple[tuple[int, float], ...], ranks: int) -> float:
     return share * (nodes - 1) / nodes
 
 
-def link_rates(backend: str, gpu: GPUSpec, ranks: int, domain: int) -> tuple[float, float]:
+def _by_sms(tables: dict[int, tuple[tuple[int, float], ...]], sms: int,
+            share: Callable[[tuple[tuple[int, float], ...]], float]) -> float:
+    """`share(table)` at `sms` SMs: linear between the published SM counts around it, held at the nearest
+    published count outside them (no figure is published there)."""
+    counts = sorted(tables)
+    lo = max((n for n in counts if n <= sms), default=counts[0])
+    hi = min((n for n in counts if n >= sms), default=counts[-1])
+    if lo == hi:
+        return share(tables[lo])
+    w = (sms - lo) / (hi - lo)
+    return (1 - w) * share(tables[lo]) + w * share(tables[hi])
+
+
+def link_rates(backend: str, gpu: GPUSpec, ranks: int, domain: int, sms: int | None = None) -> tuple[float, float]:
     """(scale-up, RDMA) achieved GB/s of one rank's dispatch traffic for `backend` on `gpu`, in an EP group
-    of `ranks` whose scale-up domain holds `domain` GPUs."""
+    of `ranks` whose scale-up domain holds `domain` GPUs; `sms`: the SMs DeepEP or HybridEP runs on
+    (`moe_deepep_num_sms`, `moe_hybridep_num_sms`; None: the kernel's own default)."""
     line_intra, line_inter = gpu.intra_node_gb_s, gpu.inter_node_gb_s
     if backend in (ALLGATHER, ALLTOALL):
         share = RCCL_AMD if gpu.vendor == "amd" else NCCL_NVIDIA
@@ -115,6 +149,10 @@ def link_rates(backend: str, gpu: GPUSpec, ranks: int, domain: int) -> tuple[flo
     if backend == TURBO_DEEPEP:
         return line_intra * TURBO_DEEPEP_INTRA, deepep_inter
     if backend == HYBRIDEP:
-        intra = (_by_ranks(HYBRIDEP_NVL72_BY_RANKS, min(ranks, domain)) if domain > 8 else HYBRIDEP_INTRA)
-        return line_intra * intra, line_inter * _remote_share(HYBRIDEP_INTER_BY_RANKS, ranks)
-    return min(line_intra * DEEPEP_V1_INTRA, DEEPEP_SMS * DEEPEP_GB_S_PER_SM), deepep_inter
+        sms = sms or HYBRIDEP_OWN_SMS[0 if ranks <= domain else 1]
+        in_domain = min(ranks, domain)
+        intra = (_by_sms(HYBRIDEP_NVL72, sms, lambda t: _by_ranks(t, in_domain)) if domain > 8
+                 else HYBRIDEP_INTRA)
+        inter = _by_sms(HYBRIDEP_INTER, sms, lambda t: _remote_share(t, ranks))
+        return line_intra * intra, line_inter * inter
+    return min(line_intra * DEEPEP_V1_INTRA, (sms or DEEPEP_SMS) * DEEPEP_GB_S_PER_SM), deepep_inter

@@ -120,7 +120,8 @@ def dispatch_combine(ctx: Ctx) -> float:
     if ctx.ep <= 1 or T <= 0:
         return 0.0
     per, domains = net.span(ctx.ep, ctx.etp)
-    intra_rate, inter_rate = (r * 1e6 for r in link_rates(ctx.dispatch, ctx.gpu, ctx.ep, ctx.gpus_per_node))
+    intra_rate, inter_rate = (r * 1e6 for r in link_rates(ctx.dispatch, ctx.gpu, ctx.ep, ctx.gpus_per_node,
+                                                                  ctx.dispatch_sms))
     vector = a.h * E_BYTES
     if ctx.dispatch == ALLGATHER:
         group = ctx.ep * ctx.etp

@@ -98,6 +98,10 @@ class TrainingArgs(BaseModel):
     # (gpt_layer_specs.py; Primus keeps it as DeprecatedGroupedMLP, transformer_engine_spec_provider.py)
     moe_use_legacy_grouped_gemm: bool = False
     moe_permute_fusion: bool = False
+    # SMs the flex dispatcher's DeepEP and HybridEP kernels run on (megatron-core 0.16.1 transformer_config.py
+    # defaults 20 and 16; None: the kernel's own, `ep_bandwidth`): their achieved rate grows with them
+    moe_deepep_num_sms: PositiveInt | None = 20
+    moe_hybridep_num_sms: PositiveInt | None = 16
     moe_shared_expert_overlap: bool = False
     # NVIDIA-side overlaps and CUDA graphs (Megatron-LM arguments.py defaults: all off)
     tp_comm_overlap: bool = False
