@@ -10,7 +10,8 @@ time per launch with Origami serving the GEMMs (skipped, values kept, where rocm
 installed). The launch time is seen by the rows whose layers the host cannot issue as fast as the GPU
 runs them: Primus's DeepSeek-V2-Lite micro-batch scaling on MI355X (MBS 1 and 2 take the same time
 per micro-batch, calibration/data/moe_throughput.csv) and DeepSeek-V2 at MBS 1. Blackwell
-(B200, B300, GB200, GB300) is fitted on its own rows, all MoE. MoE layers have no constant of their
+(B200, B300, GB200, GB300) is fitted on its own rows, all MoE; Blackwell Ultra's GEMM efficiencies are held
+at TransformerEngine's published B300 benchmark (calibration/published.py). MoE layers have no constant of their
 own: their terms are physics (oracle/performance/moe_layer.py). Writes
 oracle/performance/calibration.yaml (`fitted:` apart from `held:`, which the fit never changes) and
 prints the error table (benchmarks/accuracy.py). Usage, from the repository root:
@@ -38,6 +39,7 @@ from paratune.oracle.performance.calibration import (
 from paratune.oracle.performance.gemm_origami import origami_available
 from paratune.oracle.specs import EffectiveConfig
 
+from .published import PUBLISHED, SOURCE, published_effs
 from .rows import Row, load_rows, order_pairs, project, project_at
 
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
@@ -50,7 +52,8 @@ GROUPS = {
     # the host and TP-collective constants over both Blackwell dies, then each die's efficiencies on its own rows
     "blackwell-shared": (("blackwell", "blackwell-ultra"), ("tp_exposed", "launch_us", "grace_launch_us"), {}),
     "blackwell": (("blackwell",), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {}),
-    "blackwell-ultra": (("blackwell-ultra",), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {}),
+    # Blackwell Ultra's GEMM efficiencies are held at TransformerEngine's published B300 benchmark (published.py)
+    "blackwell-ultra": (("blackwell-ultra",), ("attn_eff",), {}),
 }
 ROUNDS = 2  # each round re-chooses every row's tuned layout under the constants fitted so far
 COPIES: dict[str, str] = {}  # families without rows (held.copied in calibration.yaml): none now
@@ -207,6 +210,11 @@ def main() -> None:
         for fam in families:
             for name in names:
                 data["held"]["families"].get(fam, {}).pop(name, None)
+    for fam, values in published_effs().items():  # held at a published benchmark, not fitted
+        data["held"]["families"].setdefault(fam, {}).update(values)
+        for name in values:
+            fitted["families"].get(fam, {}).pop(name, None)
+    _reload(data, rows)
     for _ in range(ROUNDS):
         chosen = choose(rows)
         groups, shared = fit_all(rows, chosen)
@@ -291,7 +299,8 @@ def _dump(data: dict, rows: list[Row]) -> str:
     out += ["  # per-family constants no group fits for that family", "  families:"]
     for fam, values in held["families"].items():
         out.append(f"    {fam}:")
-        out += [f"      {k}: {v}  # {HELD_NOTES[k]}" for k, v in values.items()]
+        out += [f"      {k}: {v}  # {SOURCE if fam in PUBLISHED and k in PUBLISHED[fam][1] else HELD_NOTES[k]}"
+                for k, v in values.items()]
     out += ["  # priors shared by every family, not fitted", "  priors:"]
     out += [f"    {k}: {v}  # {PRIOR_NOTES[k]}" for k, v in held["priors"].items()]
     return "\n".join(out) + "\n"
