@@ -10,8 +10,9 @@ time per launch with Origami serving the GEMMs (skipped, values kept, where rocm
 installed). The launch time is seen by the rows whose layers the host cannot issue as fast as the GPU
 runs them: Primus's DeepSeek-V2-Lite micro-batch scaling on MI355X (MBS 1 and 2 take the same time
 per micro-batch, calibration/data/moe_throughput.csv) and DeepSeek-V2 at MBS 1. Blackwell
-(B200, B300, GB200, GB300) is fitted on its own rows, all MoE; Blackwell Ultra's GEMM efficiencies are held
-at TransformerEngine's published B300 benchmark (calibration/published.py). MoE layers have no constant of their
+(B200, B300, GB200, GB300) is fitted on its own rows, its GEMM efficiencies held at TransformerEngine's
+published B300 benchmark where its rows cannot identify them (calibration/published.py), its overlap cost
+its own. MoE layers have no constant of their
 own: their terms are physics (oracle/performance/moe_layer.py). Writes
 oracle/performance/calibration.yaml (`fitted:` apart from `held:`, which the fit never changes) and
 prints the error table (benchmarks/accuracy.py). Usage, from the repository root:
@@ -39,7 +40,7 @@ from paratune.oracle.performance.calibration import (
 from paratune.oracle.performance.gemm_origami import origami_available
 from paratune.oracle.specs import EffectiveConfig
 
-from .published import PUBLISHED, SOURCE, published_effs
+from .published import PUBLISHED, published_effs, source
 from .rows import Row, load_rows, order_pairs, project, project_at
 
 # (families, constants fitted, settings held during the fit); a constant the group's rows cannot
@@ -49,10 +50,14 @@ GROUPS = {
     "hopper": (("hopper",), ("gemm_eff", "fp8_gemm_eff", "attn_eff", "tp_exposed", "launch_us"), {}),
     "amd-roofline": (("cdna3", "cdna4"), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {"gemm_model": "roofline"}),
     "amd-origami": (("cdna3", "cdna4"), ("origami_eff", "launch_us"), {}),
-    # the host and TP-collective constants over both Blackwell dies, then each die's efficiencies on its own rows
-    "blackwell-shared": (("blackwell", "blackwell-ultra"), ("tp_exposed", "launch_us", "grace_launch_us"), {}),
-    "blackwell": (("blackwell",), ("gemm_eff", "fp8_gemm_eff", "attn_eff"), {}),
-    # Blackwell Ultra's GEMM efficiencies are held at TransformerEngine's published B300 benchmark (published.py)
+    # the host, TP-collective and overlap constants over both Blackwell dies, then each die's efficiencies on its
+    # own rows: NVL72's NVLink 5 and Blackwell's SMs lose their own share of compute to hidden traffic (with the
+    # dense Bridge 26.04.01 rows, one cost shared with Hopper and AMD falls from 0.31 to 0.13 and moves their rows)
+    "blackwell-shared": (("blackwell", "blackwell-ultra"),
+                         ("tp_exposed", "launch_us", "grace_launch_us", "overlap_cost"), {}),
+    # GEMM efficiencies held at TransformerEngine's published B300 benchmark (published.py): both dies' BF16,
+    # Blackwell Ultra's MXFP8
+    "blackwell": (("blackwell",), ("fp8_gemm_eff", "attn_eff"), {}),
     "blackwell-ultra": (("blackwell-ultra",), ("attn_eff",), {}),
 }
 ROUNDS = 2  # each round re-chooses every row's tuned layout under the constants fitted so far
@@ -144,8 +149,15 @@ def fit_group(rows: list[Row], families: tuple[str, ...], names: tuple[str, ...]
 
 
 def fitted_names(family: str) -> tuple[str, ...]:
-    """The per-family constants some group fits for this family (the rest are held)."""
-    return tuple(n for n in FITTED if any(family in fams and n in names for fams, names, _ in GROUPS.values()))
+    """The per-family constants some group fits for this family (the rest are held; a shared one it does not
+    fit comes from `fit_shared`)."""
+    return tuple(n for n in (*FITTED, *SHARED)
+                 if any(family in fams and n in names for fams, names, _ in GROUPS.values()))
+
+
+def own_shared(name: str) -> frozenset[str]:
+    """The families whose group fits shared constant `name` for them (fit_shared leaves their rows out)."""
+    return frozenset(fam for fams, names, _ in GROUPS.values() if name in names for fam in fams)
 
 
 def group_rows(rows: list[Row], group: str) -> list[Row]:
@@ -154,8 +166,9 @@ def group_rows(rows: list[Row], group: str) -> list[Row]:
 
 
 def fit_shared(rows: list[Row], chosen: Chosen, fitted: dict[str, dict[str, float]]) -> dict[str, float]:
-    """The constants every family shares (`SHARED`), each at its least-squares value over all `rows`, a row
-    under its family's constants with `fitted`'s values (group -> values) over them.
+    """The constants the families share (`SHARED`), each at its least-squares value over the `rows` of the
+    families that do not fit their own (`own_shared`: Blackwell's group fits its overlap cost), a row under its
+    family's constants with `fitted`'s values (group -> values) over them.
 
     overlap_cost (compute lost per ms of traffic hidden behind compute: TE userbuffers' TP overlap, EP
     overlap, DP/FSDP prefetch; oracle/performance/layers.py `_hidden_behind`, pipeline.py) has no published
@@ -167,10 +180,14 @@ def fit_shared(rows: list[Row], chosen: Chosen, fitted: dict[str, dict[str, floa
     for group, values in fitted.items():
         for fam in GROUPS[group][0]:
             per_family.setdefault(fam, {}).update(values)
-    out = {n: getattr(constants_for(family_of_row(rows[0])), n) for n in SHARED}
+    out: dict[str, float] = {}
     for name in SHARED:
-        def f(x: float, name: str = name) -> float:
-            return _loss(rows, chosen, lambda row: with_fitted(
+        own = own_shared(name)
+        members = [r for r in rows if family_of_row(r) not in own]
+        out[name] = getattr(constants_for(family_of_row(members[0])), name)
+
+        def f(x: float, name: str = name, members: list[Row] = members) -> float:
+            return _loss(members, chosen, lambda row: with_fitted(
                 constants_for(family_of_row(row)), {**per_family.get(family_of_row(row), {}), **out, name: x}))
         out[name] = _golden(f, *BOUNDS[name], out[name])
     return out
@@ -205,16 +222,7 @@ def main() -> None:
         return
     data = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
     fitted = data["fitted"]
-    fitted["calibrated_gpus"] = sorted({r.gpu for r in rows})  # GPUs with published rows in the fit
-    for families, names, _ in GROUPS.values():  # a constant a group fits is no longer held for its families
-        for fam in families:
-            for name in names:
-                data["held"]["families"].get(fam, {}).pop(name, None)
-    for fam, values in published_effs().items():  # held at a published benchmark, not fitted
-        data["held"]["families"].setdefault(fam, {}).update(values)
-        for name in values:
-            fitted["families"].get(fam, {}).pop(name, None)
-    _reload(data, rows)
+    _prepare(data, rows)
     for _ in range(ROUNDS):
         chosen = choose(rows)
         groups, shared = fit_all(rows, chosen)
@@ -228,6 +236,26 @@ def main() -> None:
         _reload(data, rows)
     CALIBRATION_FILE.write_text(_dump(data, rows), encoding="utf-8")
     report(rows)
+
+
+def _prepare(data: dict, rows: list[Row]) -> None:
+    """Put each constant where this fit's groups say it lives before fitting: the GPUs with rows, a constant a
+    group fits no longer held, a family's own shared constant seeded from the shared value, the published
+    efficiencies held (published.py)."""
+    fitted, held = data["fitted"], data["held"]["families"]
+    fitted["calibrated_gpus"] = sorted({r.gpu for r in rows})  # GPUs with published rows in the fit
+    for families, names, _ in GROUPS.values():
+        for fam in families:
+            for name in names:
+                held.get(fam, {}).pop(name, None)
+    for name in SHARED:
+        for fam in own_shared(name):
+            fitted["families"].setdefault(fam, {}).setdefault(name, fitted["every_family"][name])
+    for fam, values in published_effs().items():
+        held.setdefault(fam, {}).update(values)
+        for name in values:
+            fitted["families"].get(fam, {}).pop(name, None)
+    _reload(data, rows)
 
 
 def _reload(data: dict, rows: list[Row]) -> None:
@@ -280,7 +308,8 @@ def _dump(data: dict, rows: list[Row]) -> str:
            "  families:"]
     for fam, values in fitted["families"].items():
         out.append(f"    {fam}: {_flow({n: values[n] for n in fitted_names(fam)})}")
-    out += ["  # shared by every family, fitted once over every row, each under its family's constants (fit_shared):",
+    out += ["  # shared by the other families, fitted once over their rows, each under its family's constants",
+            "  # (fit_shared):",
             "  # overlap_cost, the compute lost per ms of traffic hidden behind compute (TP userbuffers, EP overlap,",
             "  # DP/FSDP prefetch); no published on/off pair of Megatron's TP overlap was found, the rows identify it",
             f"  every_family: {_flow({n: fitted['every_family'][n] for n in SHARED})}",
@@ -291,15 +320,18 @@ def _dump(data: dict, rows: list[Row]) -> str:
         out.append(f"    {group}: {{families: [{', '.join(families)}], constants: [{', '.join(names)}], "
                    f"settings: {_flow(settings)}, rows: {len(members)}, "
                    f"gpus: [{', '.join(sorted({r.gpu for r in members}))}]}}")
-    out.append(f"    every_family: {{families: [{', '.join(fitted['families'])}], constants: [{', '.join(SHARED)}], "
-               f"rows: {len(rows)}}}")
+    for name in SHARED:
+        own = own_shared(name)
+        fams = [f for f in fitted["families"] if f not in own]
+        out.append(f"    every_family: {{families: [{', '.join(fams)}], constants: [{name}], "
+                   f"rows: {sum(family_of_row(r) not in own for r in rows)}}}")
     out += ["held:",
             "  # families without published rows take a fitted family's values (uncalibrated)",
             "  copied: {" + ", ".join(f"{k}: {v}" for k, v in COPIES.items()) + "}"]
     out += ["  # per-family constants no group fits for that family", "  families:"]
     for fam, values in held["families"].items():
         out.append(f"    {fam}:")
-        out += [f"      {k}: {v}  # {SOURCE if fam in PUBLISHED and k in PUBLISHED[fam][1] else HELD_NOTES[k]}"
+        out += [f"      {k}: {v}  # {source(fam) if fam in PUBLISHED and k in PUBLISHED[fam][1] else HELD_NOTES[k]}"
                 for k, v in values.items()]
     out += ["  # priors shared by every family, not fitted", "  priors:"]
     out += [f"    {k}: {v}  # {PRIOR_NOTES[k]}" for k, v in held["priors"].items()]

@@ -26,7 +26,7 @@ def _held_out_model(model: str) -> dict[str, float]:
     out = {}
     for row in test:
         fam = family_of_row(row)
-        values = {k: v for g, vals in fitted.items() if fam in GROUPS[g][0] for k, v in vals.items()} | shared
+        values = shared | {k: v for g, vals in fitted.items() if fam in GROUPS[g][0] for k, v in vals.items()}
         p = project_at(row, chosen[row.id], with_fitted(constants_for(fam), values))
         out[row.id] = p.estimate.tokens_per_s_per_gpu / row.measured - 1.0
     return out

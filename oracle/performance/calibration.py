@@ -17,7 +17,8 @@ from ..specs import GPUSpec
 
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 FITTED = ("gemm_eff", "fp8_gemm_eff", "origami_eff", "attn_eff", "tp_exposed", "launch_us", "grace_launch_us")
-SHARED = ("overlap_cost",)  # fitted once over every family's rows (calibration/fit.py `fit_shared`)
+SHARED = ("overlap_cost",)  # fitted once over the rows of every family that does not fit its own (calibration/fit.py
+# `fit_shared`); a family whose group fits one (Blackwell) keeps it in `fitted.families`
 # A family whose rows hold no Grace-hosted GPU takes the x86 launch time times this ratio for a user's own Grace
 # GPU: per-op host time of a torch Linear forward, GB200's Grace against a DGX H100's Xeon 8480C, 37.08 / 13.48 us
 # (TransformerEngine issue #2053).
@@ -82,6 +83,7 @@ def constants_for(family: str) -> Constants:
     values: dict[str, Any] = {k: float(fam[k]) for k in FITTED if k in fam}
     values.setdefault("grace_launch_us", values["launch_us"] * GRACE_OVER_X86_LAUNCH)
     values |= {k: float(data["fitted"]["every_family"][k]) for k in SHARED}
+    values |= {k: float(fam[k]) for k in SHARED if k in fam}  # the family's own, where its group fits one
     values |= {k: v if isinstance(v, str) else float(v) for k, v in data["held"]["priors"].items()}
     return Constants(**values)
 
