@@ -28,6 +28,7 @@ class Ctx:
     etp: int
     sp: bool
     fp8: bool
+    mxfp8: bool  # fp8_recipe mxfp8: the linears' GEMMs block-scaled (`gemm.MXFP8_OVER_FP8`)
     flash: bool
     ce_fusion: bool
     dispatch: str  # MoE dispatch backend (`LayoutFacts.dispatch`): allgather, alltoall, deepep, ...
@@ -134,7 +135,7 @@ class Ctx:
         return self.shape.bias and self.grouped_gemm and not self.legacy_grouped and not self.op_fuser
 
     def linear_dtype(self) -> str:
-        return "fp8" if self.fp8 else HALF
+        return ("mxfp8" if self.mxfp8 else "fp8") if self.fp8 else HALF
 
     def expert_dtype(self) -> str:
         """The routed experts' GEMM precision: the legacy GroupedMLP's `gg.ops.gmm` (the grouped_gemm package)

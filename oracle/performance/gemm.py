@@ -18,7 +18,12 @@ from .calibration import Constants, constants
 
 # (tile rows, tile cols, relative efficiency): the backend takes the fastest, like a library heuristic.
 TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.9))
-_IN_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2}
+_IN_BYTES = {"fp8": 1, "mxfp8": 1, "bf16": 2, "fp16": 2}
+FP8_DTYPES = frozenset({"fp8", "mxfp8"})  # per-tensor (or blockwise) scaled FP8, and MXFP8's 1x32 block scaling
+# MXFP8's block-scaled GEMMs run at this fraction of per-tensor FP8's: TransformerEngine's GEMM profiling guide
+# (docs/examples/gemm_profiling/gemm_profiling.rst @ 1609c890ee), one 5B layer's twelve GEMMs on a B300 with
+# pre-quantized inputs, FP8 current scaling 6.812 ms against MXFP8 7.161 ms (the only GPU it is published for)
+MXFP8_OVER_FP8 = 6.812 / 7.161
 _OUT_BYTES = 2
 # Compute streams TransformerEngine spreads a grouped GEMM's per-expert cuBLAS GEMMs over
 # (TransformerEngine d0067d0 common/util/multi_stream.cpp `get_num_compute_streams`: a constant 4).
@@ -37,7 +42,8 @@ class RooflineGemm:
     def __init__(self, gpu: GPUSpec, c: Constants):
         bf16 = gpu.bf16_tflops * 1e12 * c.gemm_eff
         fp8 = gpu.fp8_tflops * 1e12 * c.fp8_gemm_eff if gpu.fp8_tflops else bf16
-        self._rate = {"bf16": bf16 / gpu.num_sms, "fp16": bf16 / gpu.num_sms, "fp8": fp8 / gpu.num_sms}
+        self._rate = {"bf16": bf16 / gpu.num_sms, "fp16": bf16 / gpu.num_sms, "fp8": fp8 / gpu.num_sms,
+                      "mxfp8": fp8 * MXFP8_OVER_FP8 / gpu.num_sms}
         self._units = gpu.num_sms
         self._hbm = gpu.hbm_tb_s * 1e12 * c.hbm_eff
         self._latency_ms = c.gemm_latency_us * 1e-3

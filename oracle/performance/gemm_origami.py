@@ -82,7 +82,7 @@ def _origami_dtype(arch: str, dtype: str):
     origami = _origami()
 
     t = origami.data_type_t
-    if dtype == "fp8":
+    if dtype in ("fp8", "mxfp8"):  # Origami models no MXFP8 kernel: its FP8 one
         return t.Float8_fnuz if arch == "gfx942" else t.Float8
     return {"bf16": t.BFloat16, "fp16": t.Half}[dtype]
 

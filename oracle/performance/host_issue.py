@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .context import Ctx
 from .ep_bandwidth import DEDUP_BACKENDS
+from .gemm import FP8_DTYPES
 
 # Kernel launches per forward of each scope of a layer (TE modules, fused norms, rotary and
 # bias-dropout-add; backward launches twice as many: dgrad and wgrad), counted from megatron-core
@@ -83,7 +84,7 @@ def _expert_ops(ctx: Ctx, local: int) -> int:
     GEMMs on 4 streams (Primus docs/04-technical-guides/moe-training.md); it is counted as three per expert
     too, a count no source gives per launch: with one activation instead, the AMD MoE rows fit worse (moe/amd
     in-sample 7.0 % against 4.9 %)."""
-    q = 1 if ctx.expert_dtype() == "fp8" else 0
+    q = 1 if ctx.expert_dtype() in FP8_DTYPES else 0
     if ctx.grouped_gemm:
         bias = BIAS_OPS_PER_EXPERT * local + 1 if ctx.unfused_expert_bias else 0
         return EXPERT_OPS + 2 * q * local + bias

@@ -32,7 +32,7 @@ from .constants import (
 )
 from .context import HALF, Ctx
 from .flops import attended_keys
-from .gemm import multi_stream_ms
+from .gemm import FP8_DTYPES, multi_stream_ms
 from .host_issue import host_bound
 from .moe_layer import routed_experts
 from .work import ATTN, CP, ELEM, EP, FSDP, GEMM, OVH, TP, Builder, Work
@@ -43,7 +43,7 @@ def _linear(ctx: Ctx, w: Builder, m: float, n: float, k: float, dtype: str) -> N
     g = ctx.gemm.gemm_ms
     m, n, k = int(m), int(n), int(k)
     w.add(GEMM, g(m, n, k, dtype), g(m, k, n, dtype), g(k, n, m, dtype))
-    if dtype == "fp8":
+    if dtype in FP8_DTYPES:
         _fp8_casts(ctx, w, m, n, k, 1)
 
 
@@ -66,7 +66,7 @@ def _grouped(ctx: Ctx, w: Builder, m: float, n: float, k: float, groups: int, dt
 
     m, n, k = max(1, round(m)), int(n), int(k)
     w.add(GEMM, g(m, n, k, dtype, groups), g(m, k, n, dtype, groups), g(k, n, m, dtype, groups))
-    if dtype == "fp8":
+    if dtype in FP8_DTYPES:
         _fp8_casts(ctx, w, m, n, k, groups)
 
 
