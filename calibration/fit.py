@@ -56,7 +56,7 @@ GROUPS = {
     "blackwell-shared": (("blackwell", "blackwell-ultra"),
                          ("tp_exposed", "launch_us", "grace_launch_us", "overlap_cost"), {}),
     # GEMM efficiencies held at TransformerEngine's published B300 benchmark (published.py): both dies' BF16,
-    # Blackwell Ultra's MXFP8
+    # Blackwell Ultra's per-tensor FP8 (MXFP8 at `gemm.MXFP8_OVER_FP8` of it)
     "blackwell": (("blackwell",), ("fp8_gemm_eff", "attn_eff"), {}),
     "blackwell-ultra": (("blackwell-ultra",), ("attn_eff",), {}),
 }

@@ -33,7 +33,7 @@ _BF16 = {"gemm_eff": ("bf16", 13.102)}
 # family -> (GPU measured, {constant: (GEMM dtype, published ms per layer)}). B200/GB200 take the B300's BF16
 # figure alone (the same fifth-generation tensor cores and cuBLAS kernels, no B200 figure published): their rows,
 # nearly all MXFP8, see little BF16 GEMM time, and fitted on them BF16 drifts from 0.61 to 0.51 with each refit
-# while the overlap cost falls towards 0; their MXFP8 efficiency the rows do identify, and it is fitted (held at
+# while the overlap cost falls towards 0; their FP8 efficiency the rows do identify, and it is fitted (held at
 # the B300's too, the fit puts B200/GB200 attention at 0.25 of the peak).
 PUBLISHED = {"blackwell-ultra": ("b300", {**_BF16, "fp8_gemm_eff": ("fp8", 6.812)}), "blackwell": ("b300", _BF16)}
 BORROWED = {"blackwell": "; B200/GB200 take the B300's BF16 figure, none being published for them"}
