@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from paratune.oracle.catalog import gpu
 from paratune.oracle.performance.calibration import Constants, constants_for, with_fitted
-from paratune.oracle.performance.gemm import RooflineGemm
+from paratune.oracle.performance.gemm import TE_B300_LAYER_MS, RooflineGemm
 
 SOURCE = ("TransformerEngine docs/examples/gemm_profiling/gemm_profiling.rst @ 1609c890ee (B300, pre-quantized "
           "5B layer: BF16 13.102 ms, FP8 current scaling 6.812 ms), through the GEMM roofline "
@@ -29,13 +29,14 @@ LAYER_SHAPES = (
     (_M, _QKV, _H), (_M, _H, _H), (_M, _FFN, _H), (_M, _H, _FFN),
     (_H, _M, _QKV), (_H, _M, _H), (_H, _M, _FFN), (_FFN, _M, _H),
 )
-_BF16 = {"gemm_eff": ("bf16", 13.102)}
+_BF16 = {"gemm_eff": ("bf16", TE_B300_LAYER_MS["bf16"])}
 # family -> (GPU measured, {constant: (GEMM dtype, published ms per layer)}). B200/GB200 take the B300's BF16
 # figure alone (the same fifth-generation tensor cores and cuBLAS kernels, no B200 figure published): their rows,
 # nearly all MXFP8, see little BF16 GEMM time, and fitted on them BF16 drifts from 0.61 to 0.51 with each refit
 # while the overlap cost falls towards 0; their FP8 efficiency the rows do identify, and it is fitted (held at
 # the B300's too, the fit puts B200/GB200 attention at 0.25 of the peak).
-PUBLISHED = {"blackwell-ultra": ("b300", {**_BF16, "fp8_gemm_eff": ("fp8", 6.812)}), "blackwell": ("b300", _BF16)}
+PUBLISHED = {"blackwell-ultra": ("b300", {**_BF16, "fp8_gemm_eff": ("fp8", TE_B300_LAYER_MS["fp8"])}),
+             "blackwell": ("b300", _BF16)}
 BORROWED = {"blackwell": "; B200/GB200 take the B300's BF16 figure, none being published for them"}
 
 

@@ -64,6 +64,11 @@ def test_fp8_faster_than_bf16_but_not_past_fp8_peak(mi300x):
     assert fp8 > flop_bound_ms(8192, 8192, 8192, MI300X_FP8)
 
 
+def test_mxfp8_is_timed_as_fp8(mi300x):
+    """Origami models no MXFP8 kernel: an MXFP8 GEMM (Primus's fp8_recipe mxfp8 on CDNA) takes its FP8 time."""
+    assert mi300x.gemm_ms(4096, 14336, 4096, "mxfp8") == mi300x.gemm_ms(4096, 14336, 4096, "fp8")
+
+
 def test_fp16_matches_bf16_rate(mi300x):
     """FP16 and BF16 MFMAs have the same rate and operand size on CDNA3."""
     fp16 = mi300x.gemm_ms(4096, 14336, 4096, "fp16")

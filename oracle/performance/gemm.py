@@ -20,10 +20,12 @@ from .calibration import Constants, constants
 TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.9))
 _IN_BYTES = {"fp8": 1, "mxfp8": 1, "bf16": 2, "fp16": 2}
 FP8_DTYPES = frozenset({"fp8", "mxfp8"})  # per-tensor (or blockwise) scaled FP8, and MXFP8's 1x32 block scaling
-# MXFP8's block-scaled GEMMs run at this fraction of per-tensor FP8's: TransformerEngine's GEMM profiling guide
-# (docs/examples/gemm_profiling/gemm_profiling.rst @ 1609c890ee), one 5B layer's twelve GEMMs on a B300 with
-# pre-quantized inputs, FP8 current scaling 6.812 ms against MXFP8 7.161 ms (the only GPU it is published for)
-MXFP8_OVER_FP8 = 6.812 / 7.161
+# TransformerEngine's GEMM profiling guide (docs/examples/gemm_profiling/gemm_profiling.rst @ 1609c890ee): ms of
+# one 5B layer's twelve GEMMs on a B300 with pre-quantized inputs, per GEMM dtype (FP8: current scaling); the
+# calibration holds Blackwell's efficiencies at them (calibration/published.py)
+TE_B300_LAYER_MS = {"bf16": 13.102, "fp8": 6.812, "mxfp8": 7.161}
+# MXFP8's block-scaled GEMMs run at this fraction of per-tensor FP8's (the only GPU it is published for)
+MXFP8_OVER_FP8 = TE_B300_LAYER_MS["fp8"] / TE_B300_LAYER_MS["mxfp8"]
 _OUT_BYTES = 2
 # Compute streams TransformerEngine spreads a grouped GEMM's per-expert cuBLAS GEMMs over
 # (TransformerEngine d0067d0 common/util/multi_stream.cpp `get_num_compute_streams`: a constant 4).
