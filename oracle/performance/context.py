@@ -8,6 +8,7 @@ from functools import cached_property
 from ..layout import DEEPEP, HYBRIDEP
 from ..model_shape import ModelShape
 from ..specs import GPUSpec
+from .attention_rates import fp8_speedup, window_rates
 from .calibration import Constants
 from .comm import Net
 from .constants import FLOPS_PER_EXP
@@ -29,6 +30,7 @@ class Ctx:
     sp: bool
     fp8: bool
     mxfp8: bool  # fp8_recipe mxfp8: the linears' GEMMs block-scaled (`gemm.MXFP8_OVER_FP8`)
+    dpa: str  # the attention core's dtype: bf16, or fp8 / mxfp8 under fp8_dot_product_attention (`dpa_dtype`)
     flash: bool
     ce_fusion: bool
     dispatch: str  # MoE dispatch backend (`LayoutFacts.dispatch`): allgather, alltoall, deepep, ...
@@ -114,6 +116,18 @@ class Ctx:
     def attn_rate(self) -> float:
         """Flash-attention FLOPs per ms."""
         return self.gpu.bf16_tflops * 1e9 * self.c.attn_eff
+
+    @cached_property
+    def attn_rates(self) -> tuple[float, float]:
+        """(forward, backward) full-attention FLOPs per ms: `attn_rate` at FP8 attention's measured speed-up
+        (`attention_rates.fp8_speedup`)."""
+        f, b = fp8_speedup(self.gpu.family, self.dpa)
+        return self.attn_rate * f, self.attn_rate * b
+
+    @cached_property
+    def window_rates(self) -> tuple[float, float] | None:
+        """(forward, backward) FLOPs per ms of sliding-window attention where cuDNN publishes it."""
+        return window_rates(self.gpu.family, self.dpa)
 
     @cached_property
     def exp_ms(self) -> float:

@@ -5,7 +5,8 @@ Linear GEMMs run at their TP-sharded shapes on all T = MBS·seq/CP tokens of the
 parallelism all-gathers before and reduce-scatters after each TP region); each linear costs a
 forward GEMM, a data-grad GEMM (the `b` pass) and a weight-grad GEMM (the `w` pass). Attention
 core is flash attention (causal: half the s² work, or the keys a sliding window or chunk leaves each
-query, `flops.attended_keys`; per CP rank 1/CP of it; backward 2.5x forward) or, for runs without flash
+query, `flops.attended_keys`; per CP rank 1/CP of it; backward 2.5x forward; window layers and FP8 attention
+at cuDNN's measured rates where published, `attention_rates`) or, for runs without flash
 attention, the two batched GEMMs with the s² softmax/dropout traffic (a window is a mask there: the
 whole square is still computed).
 Norms, residuals, rotary, activation, routing, permutation, FP8 casts and the loss are HBM traffic.
@@ -146,11 +147,21 @@ def _core_attention(ctx: Ctx, heads: float, spans: tuple[tuple[int, int], ...]) 
     """(forward, backward) ms of the attention core on one rank, its layers' `spans` (`ModelShape.spans_dense`)."""
     a, s, cp, b = ctx.shape, ctx.seq, ctx.cp, ctx.mbs
     if ctx.flash:
-        scores = b * heads * s / cp * attended_keys(spans, s)
-        flops = 2 * scores * (a.qk_dim + a.v_head_dim)  # QK^T and PV
+        rows = b * heads * s / cp  # query rows of the rank
+        per_key = 2 * rows * (a.qk_dim + a.v_head_dim)  # QK^T and PV FLOPs per attended key
         lat = ctx.c.gemm_latency_us * 1e-3
-        exps = scores * ctx.exp_ms  # one exponential per score each way (`constants.FLOPS_PER_EXP`)
-        return flops / ctx.attn_rate + exps + lat, FA_BWD * flops / ctx.attn_rate + exps + 2 * lat
+        windows = tuple(x for x in spans if 0 < x[0] < s)
+        rates = ctx.window_rates if windows else None
+        share = win_f = win_b = 0.0
+        if rates is not None:  # windowed layers at cuDNN's measured rates (their exponentials inside them)
+            share = sum(n for _, n in windows) / sum(n for _, n in spans)
+            win = share * per_key * attended_keys(windows, s)
+            win_f, win_b = win / rates[0], FA_BWD * win / rates[1]
+            spans = tuple(x for x in spans if x not in windows)
+        keys = (1 - share) * attended_keys(spans, s)  # the other layers' keys, over all the layers
+        exps = rows * keys * ctx.exp_ms  # one exponential per score each way (`constants.FLOPS_PER_EXP`)
+        rf, rb = ctx.attn_rates
+        return keys * per_key / rf + exps + win_f + lat, FA_BWD * keys * per_key / rb + exps + win_b + 2 * lat
     g = ctx.gemm.gemm_ms
     sq, batch = s // cp, max(1, int(b * heads))
     fwd = g(sq, s, a.qk_dim, HALF, batch) + g(sq, a.v_head_dim, s, HALF, batch)

@@ -22,6 +22,7 @@ from ..memory.state_bytes import grad_bytes
 from ..model_shape import ModelShape, model_shape
 from ..param_count import edge_params, layer_params
 from ..specs import ClusterSpec, EffectiveConfig, ModelArch
+from .attention_rates import dpa_dtype
 from .calibration import Constants, constants
 from .comm import Net
 from .constants import ADAM_BYTES_PER_PARAM, BF16_BYTES, E_BYTES
@@ -94,7 +95,7 @@ def layer_context(a: ModelShape, cfg: EffectiveConfig, cluster: ClusterSpec, c: 
     return _context(
         shape=a, mbs=cfg.mbs, seq=cfg.seq_length, tokens=int(facts.tokens), tp=cfg.tp, cp=cfg.cp,
         ep=cfg.ep if a.experts else 1, etp=cfg.etp if a.experts else 1, sp=facts.sp, fp8=cfg.fp8 is not None,
-        mxfp8=cfg.fp8 is not None and cfg.fp8_recipe == "mxfp8",
+        mxfp8=cfg.fp8 is not None and cfg.fp8_recipe == "mxfp8", dpa=dpa_dtype(cfg),
         flash=cfg.use_flash_attn, ce_fusion=cfg.cross_entropy_loss_fusion,
         dispatch=facts.dispatch, deepep_sms=cfg.moe_deepep_num_sms, hybridep_sms=cfg.moe_hybridep_num_sms,
         grouped_gemm=not per_expert, legacy_grouped=legacy,

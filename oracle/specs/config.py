@@ -92,6 +92,7 @@ class EffectiveConfig(BaseModel):
     use_transformer_engine_op_fuser: bool = False  # a default: ledger rows written before it was modelled load
     moe_deepep_num_sms: int | None = 20  # a default: ledger rows written before it was modelled load
     moe_hybridep_num_sms: int | None = 16  # the same
+    fp8_dot_product_attention: bool = False  # the same
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> EffectiveConfig:
         """A copy with `update` applied; the cached key is dropped, since the fields may change."""

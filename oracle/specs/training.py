@@ -86,6 +86,9 @@ class TrainingArgs(BaseModel):
     exp_avg_dtype: StateDtype = "fp32"
     exp_avg_sq_dtype: StateDtype = "fp32"
     fp8_param_gather: bool = False
+    # the attention core in FP8 too (megatron-core TransformerConfig `fp8_dot_product_attention`, default off;
+    # Bridge `mixed_precision.fp8_dot_product_attention`; Megatron-LM d48bd6be0a arguments.py has no flag for it)
+    fp8_dot_product_attention: bool = False
     optimizer_cpu_offload: bool = False
     optimizer_offload_fraction: float = Field(default=1.0, ge=0.0, le=1.0)
     use_megatron_fsdp: bool = False
