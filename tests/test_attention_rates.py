@@ -21,14 +21,15 @@ GB200 = gpu("gb200")
 C = constants(GB200)
 
 
-def _attention(model: str, mbs: int, fp8: str | None, recipe: str, fp8_dpa: bool, gpu_name: str = "gb200"):
-    """(forward, backward) ms of the attention core of one layer (MoE for a MoE model), 4,096 tokens, TP 1."""
-    spec = ModelArch(**model_card(model))
+def _attention(model: str, mbs: int, fp8: str | None, recipe: str, fp8_dpa: bool, **card: object):
+    """(forward, backward) ms of the attention core of one layer (MoE for a MoE model) on a GB200, 4,096 tokens,
+    TP 1; `card` overrides model-card entries."""
+    spec = ModelArch(**{**model_card(model), **card})
     training = TrainingArgs(seq_length=4096, global_batch_size=64 * mbs, micro_batch_size=mbs,
                             tensor_model_parallel_size=1, use_flash_attn=True, fp8=fp8, fp8_recipe=recipe,
                             fp8_dot_product_attention=fp8_dpa)
     cfg = Workload(name="t", model=spec, training=training).effective()
-    cluster = ClusterSpec(name="nvl72", num_nodes=16, gpus_per_node=4, gpu=gpu(gpu_name), hbm_capacity_gb=186)
+    cluster = ClusterSpec(name="nvl72", num_nodes=16, gpus_per_node=4, gpu=GB200, hbm_capacity_gb=186)
     ctx = layer_context(model_shape(spec), cfg, cluster, constants(cluster.gpu), layout_facts(spec, cfg, 64))
     moe = bool(ctx.shape.experts)
     w = transformer_layer(ctx, moe, block_weights(ctx.shape, 1, 1, 1, False, 4096)[int(moe)])
@@ -77,3 +78,17 @@ def test_fp8_attention_runs_at_cudnns_measured_speed_up():
     assert _attention("llama3-8b", 1, "hybrid", "tensorwise", False) == pytest.approx(
         (bf16[0] + lat, bf16[1] + 2 * lat), rel=1e-9)
     assert _attention("llama3-8b", 1, None, "delayed", True) == _attention("llama3-8b", 1, None, "delayed", False)
+
+
+def test_a_window_longer_than_the_published_one_is_costed_per_attended_key():
+    """cuDNN publishes a 128-key window alone: GPT-OSS's card with a 1,024-key window (window_size 1023) costs
+    its window layers like full attention, per attended key (1024 - 1024·1023 / 8192 = 896.1 keys a query at
+    4,096 tokens, against 2,048 for the full layers), BF16 attention."""
+    f, b = _attention("gpt-oss-120b", 4, "hybrid", "mxfp8", False, window_size=[1023, 0])
+    keys = (2048 + (1024 - 1024 * 1023 / 8192)) / 2  # the mean over the two kinds of layer, 18 each
+    scores = 4 * 64 * 4096 * keys
+    flops = 2 * scores * (64 + 64)
+    rate = GB200.bf16_tflops * 1e9 * C.attn_eff
+    exps = scores * 512 / (GB200.bf16_tflops * 1e9)
+    lat = C.gemm_latency_us * 1e-3
+    assert (f, b) == pytest.approx((flops / rate + exps + lat, 2.5 * flops / rate + exps + 2 * lat), rel=1e-9)

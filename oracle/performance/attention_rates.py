@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from ..specs import EffectiveConfig
 
+# The published window: keys a query sees (Megatron's window_size 127 plus the query). A shorter window still runs
+# the same two key tiles per query tile, so it takes the published window's time; a longer one is not published.
+WINDOW_KEYS = 128
 # GPU family -> DPA dtype -> (forward, backward) TFLOP/s. GB200's figures stand for the Blackwell family
 # (B200 has the same die), GB300's for Blackwell Ultra.
 WINDOW_128_TFLOPS = {  # results/gpt_oss/gb200/gpt_oss_20260424_100011.csv, gb300/gpt_oss_20260424_100022.csv
@@ -37,8 +40,9 @@ def dpa_dtype(cfg: EffectiveConfig) -> str:
 
 
 def window_rates(family: str, dpa: str) -> tuple[float, float] | None:
-    """(forward, backward) FLOPs per ms of a sliding-window layer's attention as cuDNN measures it, or None
-    where no figure is published (then the window is costed like full attention, per attended key)."""
+    """(forward, backward) FLOPs per ms of the attention of a layer with a window of `WINDOW_KEYS` as cuDNN
+    measures it, or None where no figure is published (a window is then costed per attended key at the
+    full-attention rate, as is any window longer than the published one)."""
     r = WINDOW_128_TFLOPS.get(family, {}).get(dpa)
     return (r[0] * 1e9, r[1] * 1e9) if r else None
 

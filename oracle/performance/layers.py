@@ -18,6 +18,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ..model_shape import padded_vocab
+from .attention_rates import WINDOW_KEYS
 from .calibration import Constants
 from .constants import (
     ATTN_DROPOUT_BYTES,
@@ -32,7 +33,7 @@ from .constants import (
     SOFTMAX_FWD_BYTES,
 )
 from .context import HALF, Ctx
-from .flops import attended_keys
+from .flops import attended_keys, span_keys
 from .gemm import FP8_DTYPES, multi_stream_ms
 from .host_issue import host_bound
 from .moe_layer import routed_experts
@@ -150,12 +151,12 @@ def _core_attention(ctx: Ctx, heads: float, spans: tuple[tuple[int, int], ...]) 
         rows = b * heads * s / cp  # query rows of the rank
         per_key = 2 * rows * (a.qk_dim + a.v_head_dim)  # QK^T and PV FLOPs per attended key
         lat = ctx.c.gemm_latency_us * 1e-3
-        windows = tuple(x for x in spans if 0 < x[0] < s)
+        windows = tuple(x for x in spans if 0 < x[0] <= WINDOW_KEYS and x[0] < s)
         rates = ctx.window_rates if windows else None
         share = win_f = win_b = 0.0
-        if rates is not None:  # windowed layers at cuDNN's measured rates (their exponentials inside them)
+        if rates is not None:  # short windows at cuDNN's measured time (their exponentials inside it)
             share = sum(n for _, n in windows) / sum(n for _, n in spans)
-            win = share * per_key * attended_keys(windows, s)
+            win = share * per_key * span_keys(WINDOW_KEYS, s)
             win_f, win_b = win / rates[0], FA_BWD * win / rates[1]
             spans = tuple(x for x in spans if x not in windows)
         keys = (1 - share) * attended_keys(spans, s)  # the other layers' keys, over all the layers
